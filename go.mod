@@ -1,0 +1,3 @@
+module github.com/outboxkit/outboxkit
+
+go 1.25

@@ -1,0 +1,202 @@
+package outbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// Message is one outbox entry. The fields marked "set by the caller" are what
+// an application fills in before Enqueue; the rest are owned by the store and
+// the processor.
+type Message struct {
+	// ID is a ULID (26 characters, sortable by creation time). Set by
+	// Enqueue when empty; a caller may supply its own.
+	ID string
+	// Tenant is the organisation the message belongs to; "" for a
+	// single-tenant service. Set by the caller. Every store operation is
+	// scoped by tenant.
+	Tenant string
+	// Topic routes the message to a publisher (e.g. "whatsapp", "EVENT",
+	// "DISPATCH_JOB"). Set by the caller; required.
+	Topic string
+	// Group is the FIFO key: messages with the same (Tenant, Topic, Group)
+	// are published one after the other, in enqueue order, across processors
+	// and retries. "" means unordered. Set by the caller.
+	Group string
+	// IdempotencyKey makes Enqueue idempotent: a second message with the same
+	// (Tenant, IdempotencyKey) is not inserted, the first is returned. Set by
+	// the caller; "" means a fresh key (the message ID) is used.
+	IdempotencyKey string
+	// Payload is the message body, a JSON document. Set by the caller;
+	// required.
+	Payload json.RawMessage
+	// Headers carries metadata such as trace context. Set by the caller.
+	Headers map[string]string
+	// MaxAttempts is the number of publish attempts before the message is
+	// dead-lettered; 0 means the processor's Config.MaxAttempts. Set by the
+	// caller.
+	MaxAttempts int
+	// NextAttemptAt is when the message may be claimed next. A caller may
+	// set it to delay the first attempt; retries set it from the backoff.
+	NextAttemptAt time.Time
+
+	// Seq is the store-assigned sequence that orders a group. Read-only.
+	Seq int64
+	// Status is the lifecycle state. Read-only.
+	Status Status
+	// Attempts is the number of publish attempts started so far. Read-only.
+	Attempts int
+	// ProviderMessageID is the ID the publisher returned (e.g. a wamid).
+	ProviderMessageID string
+	// LastError is the error of the last failed attempt or receipt.
+	LastError *ErrorInfo
+	// CreatedAt and UpdatedAt are maintained by the store.
+	CreatedAt, UpdatedAt time.Time
+	// ClaimedAt and ClaimedBy describe the current lease (zero when not
+	// PROCESSING).
+	ClaimedAt time.Time
+	ClaimedBy string
+	// SentAt, DeliveredAt and ReadAt track delivery; zero means not yet.
+	SentAt, DeliveredAt, ReadAt time.Time
+}
+
+// GroupKey identifies the FIFO scope of m: tenant, topic and group.
+func (m *Message) GroupKey() string {
+	return m.Tenant + "\x00" + m.Topic + "\x00" + m.Group
+}
+
+// ErrorInfo is a stored error: a machine code and a human message. Publishers
+// must keep secrets (tokens, signatures) out of both.
+type ErrorInfo struct {
+	Code    string
+	Message string
+}
+
+// AttemptOutcome is how one publish attempt ended.
+type AttemptOutcome string
+
+// The outcomes of an attempt.
+const (
+	AttemptSucceeded AttemptOutcome = "SUCCEEDED"
+	AttemptRetry     AttemptOutcome = "RETRY"
+	AttemptFailed    AttemptOutcome = "FAILED"
+)
+
+// Attempt is the record of one publish attempt. Stores keep every attempt.
+type Attempt struct {
+	MessageID string
+	Tenant    string
+	// Number is 1 for the first attempt.
+	Number  int
+	Outcome AttemptOutcome
+	Error   *ErrorInfo
+	// ProviderResponse is what the provider answered, if the publisher
+	// returned it (JSON).
+	ProviderResponse json.RawMessage
+	// NextAttemptAt is set when Outcome is AttemptRetry.
+	NextAttemptAt time.Time
+	StartedAt     time.Time
+	FinishedAt    time.Time
+}
+
+// Enqueued is the result of enqueuing one message.
+type Enqueued struct {
+	// Message is the stored message: the new one, or the first one with the
+	// same (Tenant, IdempotencyKey).
+	Message Message
+	// Existed reports that the idempotency key was already used; nothing was
+	// inserted.
+	Existed bool
+}
+
+// Limits on message fields, checked by ValidateMessage before any SQL runs.
+const (
+	MaxPayloadBytes  = 1 << 20 // 1 MiB
+	MaxKeyLength     = 255     // Tenant, Topic, Group, IdempotencyKey, ID
+	MaxHeaderBytes   = 16 << 10
+	MaxAttemptsLimit = 1000
+)
+
+// ValidateMessage checks the caller-set fields of m and returns a
+// *ValidationError (matching ErrInvalidInput) naming the first bad field.
+// Adapters call it before touching the database, so a bad message never
+// aborts the caller's transaction.
+func ValidateMessage(m *Message) error {
+	if m.Topic == "" {
+		return invalid("Topic", "is required")
+	}
+	for _, f := range []struct{ name, v string }{
+		{"ID", m.ID}, {"Tenant", m.Tenant}, {"Topic", m.Topic}, {"Group", m.Group}, {"IdempotencyKey", m.IdempotencyKey},
+	} {
+		if len(f.v) > MaxKeyLength {
+			return invalid(f.name, fmt.Sprintf("is %d bytes, the limit is %d", len(f.v), MaxKeyLength))
+		}
+		if !utf8.ValidString(f.v) {
+			return invalid(f.name, "is not valid UTF-8")
+		}
+		for _, r := range f.v {
+			if r == 0 || (r < 0x20 && r != '\t') {
+				return invalid(f.name, "contains a control character")
+			}
+		}
+	}
+	if len(m.Payload) == 0 {
+		return invalid("Payload", "is required (a JSON document)")
+	}
+	if len(m.Payload) > MaxPayloadBytes {
+		return invalid("Payload", fmt.Sprintf("is %d bytes, the limit is %d", len(m.Payload), MaxPayloadBytes))
+	}
+	if !json.Valid(m.Payload) {
+		return invalid("Payload", "is not valid JSON")
+	}
+	n := 0
+	for k, v := range m.Headers {
+		if k == "" {
+			return invalid("Headers", "has an empty key")
+		}
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return invalid("Headers", "is not valid UTF-8")
+		}
+		n += len(k) + len(v)
+	}
+	if n > MaxHeaderBytes {
+		return invalid("Headers", fmt.Sprintf("are %d bytes, the limit is %d", n, MaxHeaderBytes))
+	}
+	if m.MaxAttempts < 0 || m.MaxAttempts > MaxAttemptsLimit {
+		return invalid("MaxAttempts", fmt.Sprintf("must be between 0 and %d", MaxAttemptsLimit))
+	}
+	return nil
+}
+
+// PrepareMessage validates m and fills the fields Enqueue owns: ID (a new
+// ULID when empty), IdempotencyKey (the ID when empty), Status PENDING,
+// Attempts 0, CreatedAt/UpdatedAt = now and NextAttemptAt = now when zero.
+// Store adapters call it for every message they insert.
+func PrepareMessage(m *Message, now time.Time) error {
+	if err := ValidateMessage(m); err != nil {
+		return err
+	}
+	now = now.UTC()
+	if m.ID == "" {
+		m.ID = NewID(now)
+	}
+	if m.IdempotencyKey == "" {
+		m.IdempotencyKey = m.ID
+	}
+	m.Status = StatusPending
+	m.Attempts = 0
+	m.Seq = 0
+	m.ProviderMessageID = ""
+	m.LastError = nil
+	m.ClaimedAt, m.ClaimedBy = time.Time{}, ""
+	m.SentAt, m.DeliveredAt, m.ReadAt = time.Time{}, time.Time{}, time.Time{}
+	m.CreatedAt, m.UpdatedAt = now, now
+	if m.NextAttemptAt.IsZero() {
+		m.NextAttemptAt = now
+	} else {
+		m.NextAttemptAt = m.NextAttemptAt.UTC()
+	}
+	return nil
+}

@@ -1,0 +1,122 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Outbox is the enqueue side: it validates messages, checks the Policy,
+// inserts through the store adapter (in the caller's transaction with
+// EnqueueTx, or in its own with Enqueue) and notifies observers. TTx is the
+// adapter's transaction type (*sql.Tx for store/sqlite, pgx.Tx for
+// store/postgres, ...).
+//
+//	ob := outbox.New[*sql.Tx](store, outbox.Options{})
+//	tx, _ := db.BeginTx(ctx, nil)
+//	// ... business writes in tx ...
+//	res, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Payload: body})
+//	// ... tx.Commit(): the message exists if and only if this commits.
+type Outbox[TTx any] struct {
+	store    Enqueuer[TTx]
+	policy   Policy
+	observer Observer
+	clock    Clock
+}
+
+// Options configures an Outbox. The zero value is valid.
+type Options struct {
+	// Policy is checked for every message before it is inserted. Defaults
+	// to none.
+	Policy Policy
+	// Observer receives OnEnqueued and OnBlockedByPolicy. Defaults to none.
+	Observer Observer
+	// Clock stamps CreatedAt. Defaults to SystemClock.
+	Clock Clock
+}
+
+// New returns an Outbox over a store adapter.
+func New[TTx any](store Enqueuer[TTx], opts Options) *Outbox[TTx] {
+	o := &Outbox[TTx]{store: store, policy: opts.Policy, observer: opts.Observer, clock: opts.Clock}
+	if o.observer == nil {
+		o.observer = NopObserver{}
+	}
+	if o.clock == nil {
+		o.clock = SystemClock
+	}
+	return o
+}
+
+// Enqueue inserts msgs in a transaction of the store's own. It returns one
+// Enqueued per message, in order. Nothing is inserted when any message is
+// invalid (ErrInvalidInput) or refused by the policy (ErrBlockedByPolicy).
+func (o *Outbox[TTx]) Enqueue(ctx context.Context, msgs ...Message) ([]Enqueued, error) {
+	p, err := o.prepare(ctx, msgs)
+	if err != nil || len(p.Messages) == 0 {
+		return nil, err
+	}
+	res, err := o.store.MessageEnqueue(ctx, p)
+	return o.finish(ctx, res, err)
+}
+
+// EnqueueTx inserts msgs in the caller's transaction tx: they are published
+// if and only if tx commits. Invalid or refused messages are reported before
+// any statement runs, so tx stays usable; a repeated idempotency key returns
+// the first message (Existed = true) and also leaves tx usable.
+func (o *Outbox[TTx]) EnqueueTx(ctx context.Context, tx TTx, msgs ...Message) ([]Enqueued, error) {
+	p, err := o.prepare(ctx, msgs)
+	if err != nil || len(p.Messages) == 0 {
+		return nil, err
+	}
+	res, err := o.store.MessageEnqueueTx(ctx, tx, p)
+	return o.finish(ctx, res, err)
+}
+
+func (o *Outbox[TTx]) prepare(ctx context.Context, msgs []Message) (MessageEnqueueParams, error) {
+	now := o.clock.Now()
+	out := make([]Message, len(msgs))
+	for i := range msgs {
+		m := msgs[i]
+		m.Headers = cloneHeaders(m.Headers)
+		if err := PrepareMessage(&m, now); err != nil {
+			return MessageEnqueueParams{}, fmt.Errorf("message %d: %w", i, err)
+		}
+		if o.policy != nil {
+			if err := o.policy.Check(ctx, &m); err != nil {
+				var pe *PolicyError
+				if errors.As(err, &pe) {
+					c := *pe
+					c.Index = i
+					err = &c
+				} else {
+					err = &PolicyError{Code: "blocked", Reason: err.Error(), Index: i}
+				}
+				o.observer.OnBlockedByPolicy(ctx, BlockedEvent{Message: m, Err: err})
+				return MessageEnqueueParams{}, err
+			}
+		}
+		out[i] = m
+	}
+	return MessageEnqueueParams{Messages: out, Now: now}, nil
+}
+
+func (o *Outbox[TTx]) finish(ctx context.Context, res []Enqueued, err error) ([]Enqueued, error) {
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range res {
+		o.observer.OnEnqueued(ctx, EnqueuedEvent{Message: r.Message, Existed: r.Existed})
+	}
+	return res, nil
+}
+
+func cloneHeaders(h map[string]string) map[string]string {
+	if h == nil {
+		return nil
+	}
+	c := make(map[string]string, len(h))
+	for k, v := range h {
+		c[k] = v
+	}
+	return c
+}

@@ -1,0 +1,296 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Store is the port the processor, the webhook handlers and operators use.
+// Store adapters (store/sqlite, store/postgres, ...) implement it; outside
+// implementations are welcome and are held to the conformance suite in
+// internal/storetest. Every method takes one Params struct so fields can be
+// added without breaking callers. Methods are scoped by tenant where a
+// tenant applies.
+//
+// Enqueueing is not part of Store: it needs the caller's transaction type, so
+// each adapter implements Enqueuer[TTx] and users enqueue through
+// Outbox[TTx].
+type Store interface {
+	// AttemptList returns the attempts of one message, oldest first.
+	AttemptList(ctx context.Context, p AttemptListParams) ([]Attempt, error)
+	// MessageApplyReceipt applies a provider receipt to the message with
+	// that provider message ID in that tenant, with ApplyReceipt's rule. It
+	// returns ErrNotFound when no such message exists in the tenant.
+	MessageApplyReceipt(ctx context.Context, p MessageApplyReceiptParams) (ReceiptResult, error)
+	// MessageCancel moves a PENDING message to CANCELLED; other statuses
+	// return an error wrapping ErrInvalidTransition.
+	MessageCancel(ctx context.Context, p MessageCancelParams) (Message, error)
+	// MessageClaim atomically leases up to Limit due messages (PENDING,
+	// NextAttemptAt <= Now) to Owner: status PROCESSING, Attempts+1,
+	// ClaimedAt = Now. It keeps FIFO per group: a message is not claimed
+	// while an earlier message of its group (smaller Seq) is PROCESSING or
+	// PENDING and not claimed in the same call. Results are ordered by Seq.
+	MessageClaim(ctx context.Context, p MessageClaimParams) ([]Message, error)
+	// MessageCount counts messages by status (every status is present in the
+	// map, possibly 0).
+	MessageCount(ctx context.Context, p MessageCountParams) (map[Status]int64, error)
+	// MessageFinish records the outcomes of publish attempts in one call, one
+	// statement per kind where the database allows: sent, retry at a time,
+	// dead letter, released without an attempt. Each outcome is fenced by the
+	// lease (status PROCESSING, ClaimedBy = Owner, Attempts = Attempt): an
+	// outcome whose lease was lost is skipped and its ID returned.
+	MessageFinish(ctx context.Context, p MessageFinishParams) (FinishResult, error)
+	// MessageGet returns one message by ID within a tenant, or ErrNotFound.
+	MessageGet(ctx context.Context, p MessageGetParams) (Message, error)
+	// MessageList returns a page of messages ordered by Seq, filtered by
+	// tenant and optionally status, topic and group.
+	MessageList(ctx context.Context, p MessageListParams) (MessagePage, error)
+	// MessagePrune deletes finished messages (SENT, DELIVERED, FAILED,
+	// CANCELLED) last updated before Before, with their attempts, at most
+	// Limit per call, and returns how many it deleted.
+	MessagePrune(ctx context.Context, p MessagePruneParams) (int, error)
+	// MessageRecover puts back to PENDING every PROCESSING message claimed
+	// before ClaimedBefore (an expired lease: its processor died). A message
+	// that has used all its attempts is dead-lettered instead. Returns how
+	// many were recovered and dead-lettered.
+	MessageRecover(ctx context.Context, p MessageRecoverParams) (RecoverResult, error)
+	// MessageRequeue moves a FAILED message back to PENDING, due now, with
+	// its attempts reset; other statuses return ErrInvalidTransition.
+	MessageRequeue(ctx context.Context, p MessageRequeueParams) (Message, error)
+}
+
+// Enqueuer is implemented by a store adapter for its transaction type TTx
+// (pgx.Tx, *sql.Tx, a Mongo session context, ...). Outbox[TTx] calls it after
+// validation and policy checks.
+type Enqueuer[TTx any] interface {
+	// MessageEnqueue inserts messages in a transaction of its own.
+	MessageEnqueue(ctx context.Context, p MessageEnqueueParams) ([]Enqueued, error)
+	// MessageEnqueueTx inserts messages in the caller's transaction: they
+	// exist if and only if it commits. A repeated (Tenant, IdempotencyKey)
+	// returns the stored message with Existed = true and leaves the
+	// transaction usable.
+	MessageEnqueueTx(ctx context.Context, tx TTx, p MessageEnqueueParams) ([]Enqueued, error)
+}
+
+// Waker is an optional Store capability: a channel that receives a value
+// soon after new messages become claimable (committed), so the processor
+// claims them without waiting for its poll interval. The channel is closed
+// when ctx ends.
+type Waker interface {
+	Wakeups(ctx context.Context) <-chan struct{}
+}
+
+// AttemptListParams selects the attempts of one message.
+type AttemptListParams struct {
+	Tenant    string
+	MessageID string
+}
+
+// MessageApplyReceiptParams carries one receipt.
+type MessageApplyReceiptParams struct {
+	Receipt Receipt
+}
+
+// ReceiptResult is the message after a receipt and whether it changed.
+type ReceiptResult struct {
+	Message Message
+	Changed bool
+	// Previous is the status before the receipt.
+	Previous Status
+}
+
+// MessageCancelParams names the message to cancel.
+type MessageCancelParams struct {
+	Tenant string
+	ID     string
+	Now    time.Time
+}
+
+// MessageClaimParams describes one claim.
+type MessageClaimParams struct {
+	// Limit is the maximum number of messages to claim (> 0).
+	Limit int
+	// Topics restricts the claim to these topics; empty means all.
+	Topics []string
+	// Owner identifies the processor; it fences the outcomes.
+	Owner string
+	// Now is the processor's clock: messages with NextAttemptAt <= Now are
+	// due.
+	Now time.Time
+}
+
+// MessageCountParams scopes a count.
+type MessageCountParams struct {
+	Tenant string
+	// AllTenants counts across tenants (operators only).
+	AllTenants bool
+}
+
+// MessageEnqueueParams carries messages to insert. Adapters call
+// PrepareMessage on each.
+type MessageEnqueueParams struct {
+	Messages []Message
+	Now      time.Time
+}
+
+// Outcome kinds for MessageFinish.
+type (
+	// SentOutcome: the publisher accepted the message.
+	SentOutcome struct {
+		ID                string
+		Attempt           int
+		ProviderMessageID string
+		ProviderResponse  json.RawMessage
+		StartedAt         time.Time
+	}
+	// RetryOutcome: a retryable failure; PENDING again at NextAttemptAt.
+	RetryOutcome struct {
+		ID               string
+		Attempt          int
+		NextAttemptAt    time.Time
+		Error            ErrorInfo
+		ProviderResponse json.RawMessage
+		StartedAt        time.Time
+	}
+	// DeadOutcome: a permanent failure or attempts exhausted; FAILED.
+	DeadOutcome struct {
+		ID               string
+		Attempt          int
+		Error            ErrorInfo
+		ProviderResponse json.RawMessage
+		StartedAt        time.Time
+	}
+	// ReleaseOutcome: claimed but not attempted; PENDING again with the
+	// attempt not counted, NextAttemptAt unchanged.
+	ReleaseOutcome struct {
+		ID      string
+		Attempt int
+	}
+)
+
+// MessageFinishParams carries a batch of outcomes of one owner.
+type MessageFinishParams struct {
+	Owner    string
+	Now      time.Time
+	Sent     []SentOutcome
+	Retry    []RetryOutcome
+	Dead     []DeadOutcome
+	Released []ReleaseOutcome
+}
+
+// FinishResult lists the outcomes that were not applied because the lease
+// was lost (recovered and maybe claimed by another processor).
+type FinishResult struct {
+	LeaseLost []string
+}
+
+// MessageGetParams names one message.
+type MessageGetParams struct {
+	Tenant string
+	ID     string
+}
+
+// MessageListParams filters and pages a listing.
+type MessageListParams struct {
+	Tenant string
+	// Optional filters; zero values mean any.
+	Status Status
+	Topic  string
+	Group  string
+	// AfterSeq continues a listing: pass the previous page's NextAfterSeq.
+	AfterSeq int64
+	// Limit defaults to 100, at most 1000.
+	Limit int
+}
+
+// MessagePage is one page of a listing.
+type MessagePage struct {
+	Messages []Message
+	// NextAfterSeq is the AfterSeq of the next page; 0 when this is the last.
+	NextAfterSeq int64
+}
+
+// MessagePruneParams selects what to prune.
+type MessagePruneParams struct {
+	// Before: finished messages last updated before this time are deleted.
+	Before time.Time
+	// Limit caps the rows deleted by one call (keeps locks short);
+	// defaults to 1000.
+	Limit int
+}
+
+// MessageRecoverParams selects expired leases.
+type MessageRecoverParams struct {
+	// ClaimedBefore: PROCESSING messages claimed before this are recovered.
+	ClaimedBefore time.Time
+	Now           time.Time
+	// MaxAttempts is used for messages whose MaxAttempts is 0.
+	MaxAttempts int
+}
+
+// RecoverResult counts what recovery did.
+type RecoverResult struct {
+	Recovered    int
+	DeadLettered int
+}
+
+// MessageRequeueParams names the dead letter to requeue.
+type MessageRequeueParams struct {
+	Tenant string
+	ID     string
+	Now    time.Time
+}
+
+// Publisher publishes a batch of messages. It returns exactly one Result per
+// message, in the same order: a batch may partly fail. Messages of an ordered
+// group arrive in group order; a publisher that sends them one by one should
+// stop at the first failure and return ErrNotAttempted for the rest, so FIFO
+// holds. Publish must honour ctx: when it ends, return promptly (results for
+// unsent messages carrying ctx.Err() are retried).
+type Publisher interface {
+	Publish(ctx context.Context, msgs []Message) []Result
+}
+
+// PublisherFunc adapts a function to Publisher.
+type PublisherFunc func(ctx context.Context, msgs []Message) []Result
+
+// Publish calls f.
+func (f PublisherFunc) Publish(ctx context.Context, msgs []Message) []Result { return f(ctx, msgs) }
+
+// Result is the outcome of publishing one message.
+type Result struct {
+	// ProviderMessageID is the provider's ID for the message (a wamid, ...).
+	ProviderMessageID string
+	// ProviderResponse is recorded in the attempt history (JSON, optional).
+	ProviderResponse json.RawMessage
+	// Err is nil on success; otherwise a *PublishError (see Permanent,
+	// Retryable, RetryAfter), ErrNotAttempted, or any error (retryable).
+	Err error
+}
+
+// Policy is checked at enqueue for every message. A non-nil *PolicyError (or
+// any error) refuses the message: Enqueue returns an error matching
+// ErrBlockedByPolicy, nothing is inserted, and observers get
+// OnBlockedByPolicy.
+type Policy interface {
+	Check(ctx context.Context, m *Message) error
+}
+
+// PolicyFunc adapts a function to Policy.
+type PolicyFunc func(ctx context.Context, m *Message) error
+
+// Check calls f.
+func (f PolicyFunc) Check(ctx context.Context, m *Message) error { return f(ctx, m) }
+
+// Clock tells the time. Tests inject a fake one.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now().UTC() }
+
+// SystemClock is the real clock (UTC).
+var SystemClock Clock = systemClock{}
