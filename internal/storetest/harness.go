@@ -1,0 +1,46 @@
+// Package storetest is the store conformance suite: the behaviour every
+// outbox.Store adapter must have, run by each adapter's tests against its
+// real database.
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, storetest.Harness[*sql.Tx]{NewBackend: newBackend, Features: storetest.Features{...}})
+//	}
+package storetest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// Backend is one fresh, migrated, empty store, isolated from every other
+// test (its own database, schema or file), plus the hooks the suite needs to
+// drive the caller's transactions of type TTx.
+type Backend[TTx any] struct {
+	Store    outbox.Store
+	Enqueuer outbox.Enqueuer[TTx]
+	// Begin starts a caller transaction.
+	Begin func(ctx context.Context) (TTx, error)
+	// Commit and Rollback end it.
+	Commit   func(ctx context.Context, tx TTx) error
+	Rollback func(ctx context.Context, tx TTx) error
+	// Usable runs a trivial statement in tx; it returns an error when the
+	// transaction is aborted or unusable.
+	Usable func(ctx context.Context, tx TTx) error
+}
+
+// Features declares what differs between stores.
+type Features struct {
+	// ConcurrentWriters is true when several transactions can enqueue at
+	// the same time without serialising (false for SQLite).
+	ConcurrentWriters bool
+}
+
+// Harness is what an adapter passes to Run.
+type Harness[TTx any] struct {
+	// NewBackend returns a fresh backend for t; it registers its own
+	// cleanup with t.Cleanup.
+	NewBackend func(t *testing.T) Backend[TTx]
+	Features   Features
+}
