@@ -1,0 +1,157 @@
+package outbox
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+)
+
+// Config configures a Processor. The zero value of every field means its
+// default; NewProcessor applies defaults (WithDefaults) then validates.
+type Config struct {
+	// ID names this processor in leases (ClaimedBy) and logs. Defaults to
+	// "<hostname>-<random>". Two live processors must not share an ID.
+	ID string
+	// Topics restricts the processor to these topics. Defaults to the
+	// publisher's topics when it has a Topics() []string method (a
+	// *Router), otherwise all topics.
+	Topics []string
+	// PollInterval is the longest wait between two claims when nothing wakes
+	// the poller earlier. Defaults to 1s.
+	PollInterval time.Duration
+	// PollBatchSize is the most messages claimed at once. Defaults to 500.
+	PollBatchSize int
+	// PublishBatchSize is the most messages handed to one Publish call.
+	// Defaults to 100.
+	PublishBatchSize int
+	// MaxConcurrentGroups is the most groups publishing at the same time.
+	// Defaults to 10.
+	MaxConcurrentGroups int
+	// BufferSize bounds the claimed messages held in memory; the poller
+	// claims no more than the free space, so a full buffer leaves messages
+	// in the database. Defaults to 1000.
+	BufferSize int
+	// ProcessingTimeout is the lease: a message PROCESSING for longer is
+	// considered abandoned (its processor died) and is recovered. It must
+	// exceed the longest publish. Defaults to 5m.
+	ProcessingTimeout time.Duration
+	// RecoveryInterval is how often expired leases are recovered. Defaults
+	// to 1m.
+	RecoveryInterval time.Duration
+	// DrainTimeout is how long Run lets in-flight publishes finish after its
+	// context is cancelled before cancelling them. Defaults to 30s.
+	DrainTimeout time.Duration
+	// MaxAttempts is the number of publish attempts of a message whose own
+	// MaxAttempts is 0, before it is dead-lettered. Defaults to
+	// DefaultMaxAttempts (6: the first attempt and the five retries of
+	// DefaultSchedule).
+	MaxAttempts int
+	// Backoff computes retry delays. Defaults to DefaultSchedule, no jitter.
+	Backoff Backoff
+	// Leader, when set, gates claiming and recovery: a processor that is
+	// not the leader idles (single-active mode). Defaults to always active.
+	Leader Leader
+	// Observer receives attempt hooks. Defaults to none.
+	Observer Observer
+	// Logger receives structured logs. Defaults to discarding them.
+	Logger *slog.Logger
+	// Clock stamps claims and computes due times. Defaults to SystemClock.
+	Clock Clock
+}
+
+// Leader reports whether this processor may work now (single-active mode).
+// Store adapters offer implementations (e.g. a PostgreSQL advisory lock).
+type Leader interface {
+	IsLeader() bool
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.ID == "" {
+		c.ID = defaultID()
+	}
+	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.PollBatchSize = cmp.Or(c.PollBatchSize, 500)
+	c.PublishBatchSize = cmp.Or(c.PublishBatchSize, 100)
+	c.MaxConcurrentGroups = cmp.Or(c.MaxConcurrentGroups, 10)
+	c.BufferSize = cmp.Or(c.BufferSize, 1000)
+	c.ProcessingTimeout = cmp.Or(c.ProcessingTimeout, 5*time.Minute)
+	c.RecoveryInterval = cmp.Or(c.RecoveryInterval, time.Minute)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, 30*time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	if len(c.Backoff.Schedule) == 0 {
+		c.Backoff.Schedule = DefaultSchedule
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock
+	}
+	return c
+}
+
+// Validate reports the first invalid field of c (after defaults) as a
+// *ValidationError.
+func (c Config) Validate() error {
+	pos := func(name string, v int) error {
+		if v < 1 {
+			return invalid("Config."+name, fmt.Sprintf("must be positive, got %d", v))
+		}
+		return nil
+	}
+	posD := func(name string, v time.Duration) error {
+		if v <= 0 {
+			return invalid("Config."+name, fmt.Sprintf("must be positive, got %s", v))
+		}
+		return nil
+	}
+	for _, err := range []error{
+		pos("PollBatchSize", c.PollBatchSize), pos("PublishBatchSize", c.PublishBatchSize),
+		pos("MaxConcurrentGroups", c.MaxConcurrentGroups), pos("BufferSize", c.BufferSize),
+		pos("MaxAttempts", c.MaxAttempts),
+		posD("PollInterval", c.PollInterval), posD("ProcessingTimeout", c.ProcessingTimeout),
+		posD("RecoveryInterval", c.RecoveryInterval), posD("DrainTimeout", c.DrainTimeout),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	if c.MaxAttempts > MaxAttemptsLimit {
+		return invalid("Config.MaxAttempts", fmt.Sprintf("must be at most %d", MaxAttemptsLimit))
+	}
+	if len(c.ID) > MaxKeyLength {
+		return invalid("Config.ID", "is too long")
+	}
+	for i, d := range c.Backoff.Schedule {
+		if d < 0 {
+			return invalid("Config.Backoff.Schedule", fmt.Sprintf("entry %d is negative", i))
+		}
+	}
+	if c.Backoff.Jitter < 0 || c.Backoff.Jitter > 1 {
+		return invalid("Config.Backoff.Jitter", "must be between 0 and 1")
+	}
+	for _, t := range c.Topics {
+		if t == "" {
+			return invalid("Config.Topics", "contains an empty topic")
+		}
+	}
+	return nil
+}
+
+func defaultID() string {
+	h, _ := os.Hostname()
+	if h == "" {
+		h = "processor"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return h + "-" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,577 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Processor claims due messages from a Store, publishes them through a
+// Publisher and records the outcomes. Several processors (in one process or
+// many replicas) may work on the same store: claims are atomic and FIFO per
+// group holds across them.
+//
+// The pipeline: a poller claims at most the free space of a bounded buffer
+// (a full buffer leaves messages in the database), a distributor hands each
+// message to the worker of its group (tenant, topic, group), one worker per
+// active group publishes the group's messages in order, in batches, with at
+// most MaxConcurrentGroups groups publishing at once, and a recorder writes
+// the outcomes in batches. Unordered messages (group "") are spread over
+// MaxConcurrentGroups lanes.
+type Processor struct {
+	store  Store
+	pub    Publisher
+	cfg    Config
+	log    *slog.Logger
+	sem    chan struct{}
+	wakeCh chan struct{}
+
+	running atomic.Bool
+
+	mu      sync.Mutex
+	groups  map[string]*groupWorker
+	workers sync.WaitGroup
+
+	inflight        atomic.Int64 // claimed messages held in memory
+	waitingForSpace atomic.Bool
+
+	stopping  chan struct{} // closed when Run's ctx ends
+	pubCtx    context.Context
+	recordCh  chan *finishBatch
+	recorders sync.WaitGroup
+}
+
+// NewProcessor returns a Processor for store and pub with cfg (defaults
+// applied, then validated; an invalid Config returns a *ValidationError).
+func NewProcessor(store Store, pub Publisher, cfg Config) (*Processor, error) {
+	if store == nil {
+		return nil, invalid("store", "is nil")
+	}
+	if pub == nil {
+		return nil, invalid("publisher", "is nil")
+	}
+	cfg = cfg.WithDefaults()
+	if len(cfg.Topics) == 0 {
+		if t, ok := pub.(interface{ Topics() []string }); ok {
+			cfg.Topics = t.Topics()
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Processor{
+		store:  store,
+		pub:    pub,
+		cfg:    cfg,
+		log:    cfg.Logger.With("processor", cfg.ID),
+		sem:    make(chan struct{}, cfg.MaxConcurrentGroups),
+		wakeCh: make(chan struct{}, 1),
+		groups: map[string]*groupWorker{},
+	}, nil
+}
+
+// Run runs the processor until ctx ends, then shuts down cleanly: it stops
+// claiming, lets in-flight publishes finish for up to Config.DrainTimeout
+// (then cancels them; their messages are retried), releases the messages it
+// claimed but did not start (back to PENDING, no attempt counted, no lease
+// to wait for), records every outcome, and returns nil. It returns an error
+// only when the processor is already running. Run may be called again after
+// it returned.
+func (p *Processor) Run(ctx context.Context) error {
+	if !p.running.CompareAndSwap(false, true) {
+		return errors.New("outbox: processor is already running")
+	}
+	defer p.running.Store(false)
+
+	p.stopping = make(chan struct{})
+	pubCtx, cancelPub := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelPub()
+	p.pubCtx = pubCtx
+	p.recordCh = make(chan *finishBatch, p.cfg.MaxConcurrentGroups*2)
+	p.recorders.Add(1)
+	go p.recordLoop()
+
+	p.log.Info("outbox processor started", "topics", p.cfg.Topics, "poll_interval", p.cfg.PollInterval)
+	var loops sync.WaitGroup
+	loops.Add(2)
+	go func() { defer loops.Done(); p.pollLoop(ctx) }()
+	go func() { defer loops.Done(); p.recoveryLoop(ctx) }()
+
+	<-ctx.Done()
+	close(p.stopping)
+	loops.Wait()
+
+	drained := make(chan struct{})
+	go func() { p.workers.Wait(); close(drained) }()
+	t := time.NewTimer(p.cfg.DrainTimeout)
+	select {
+	case <-drained:
+		t.Stop()
+	case <-t.C:
+		p.log.Warn("drain timeout: cancelling in-flight publishes", "drain_timeout", p.cfg.DrainTimeout)
+		cancelPub()
+		<-drained
+	}
+	close(p.recordCh)
+	p.recorders.Wait()
+	p.log.Info("outbox processor stopped")
+	return nil
+}
+
+// Run creates a Processor and runs it until ctx ends. See Processor.Run.
+func Run(ctx context.Context, store Store, pub Publisher, cfg Config) error {
+	p, err := NewProcessor(store, pub, cfg)
+	if err != nil {
+		return err
+	}
+	return p.Run(ctx)
+}
+
+// Wake asks the poller to claim now rather than at the next poll interval,
+// e.g. right after the application committed new messages. It never blocks.
+func (p *Processor) Wake() {
+	select {
+	case p.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// ID returns the processor's ID (Config.ID or its default).
+func (p *Processor) ID() string { return p.cfg.ID }
+
+func (p *Processor) active() bool {
+	return p.cfg.Leader == nil || p.cfg.Leader.IsLeader()
+}
+
+// pollLoop claims messages whenever the timer fires, the store signals new
+// messages, or Wake/free buffer space asks for it.
+func (p *Processor) pollLoop(ctx context.Context) {
+	var storeWake <-chan struct{}
+	if w, ok := p.store.(Waker); ok {
+		storeWake = w.Wakeups(ctx)
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case _, ok := <-storeWake:
+			if !ok {
+				storeWake = nil
+				continue
+			}
+		case <-p.wakeCh:
+		}
+		again, err := p.pollOnce(ctx)
+		delay := p.cfg.PollInterval
+		switch {
+		case err != nil && ctx.Err() == nil:
+			failures++
+			p.log.Error("claim failed", "err", err, "consecutive_failures", failures)
+		case again:
+			failures = 0
+			delay = 0
+		default:
+			failures = 0
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(delay)
+	}
+}
+
+// pollOnce claims up to the free buffer space. It returns true when another
+// claim should follow at once (the claim was full).
+func (p *Processor) pollOnce(ctx context.Context) (bool, error) {
+	if !p.active() {
+		return false, nil
+	}
+	free := p.cfg.BufferSize - int(p.inflight.Load())
+	threshold := min(p.cfg.PollBatchSize, max(p.cfg.BufferSize/2, 1))
+	if free < threshold {
+		p.waitingForSpace.Store(true)
+		// re-check: a worker may have freed space before the flag was set
+		if p.cfg.BufferSize-int(p.inflight.Load()) < threshold {
+			return false, nil
+		}
+		p.waitingForSpace.Store(false)
+		free = p.cfg.BufferSize - int(p.inflight.Load())
+	}
+	limit := min(free, p.cfg.PollBatchSize)
+	msgs, err := p.store.MessageClaim(ctx, MessageClaimParams{
+		Limit: limit, Topics: p.cfg.Topics, Owner: p.cfg.ID, Now: p.cfg.Clock.Now(),
+	})
+	if err != nil {
+		return false, fmt.Errorf("outbox: claim: %w", err)
+	}
+	if len(msgs) == 0 {
+		return false, nil
+	}
+	p.inflight.Add(int64(len(msgs)))
+	for i := range msgs {
+		p.dispatch(msgs[i])
+	}
+	return len(msgs) == limit, nil
+}
+
+// recoveryLoop recovers expired leases every RecoveryInterval.
+func (p *Processor) recoveryLoop(ctx context.Context) {
+	t := time.NewTicker(p.cfg.RecoveryInterval)
+	defer t.Stop()
+	for {
+		if p.active() {
+			now := p.cfg.Clock.Now()
+			res, err := p.store.MessageRecover(ctx, MessageRecoverParams{
+				ClaimedBefore: now.Add(-p.cfg.ProcessingTimeout), Now: now, MaxAttempts: p.cfg.MaxAttempts,
+			})
+			switch {
+			case err != nil && ctx.Err() == nil:
+				p.log.Error("recovery failed", "err", err)
+			case res.Recovered > 0 || res.DeadLettered > 0:
+				p.log.Warn("recovered expired leases", "recovered", res.Recovered, "dead_lettered", res.DeadLettered)
+				p.Wake()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// groupWorker publishes one group's messages in order.
+type groupWorker struct {
+	key     string
+	ordered bool
+	queue   []Message
+}
+
+func (p *Processor) dispatch(m Message) {
+	key := m.GroupKey()
+	ordered := m.Group != ""
+	if !ordered {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(m.ID))
+		key = fmt.Sprintf("%s\x00#%d", key, h.Sum32()%uint32(p.cfg.MaxConcurrentGroups))
+	}
+	p.mu.Lock()
+	g, ok := p.groups[key]
+	if !ok {
+		g = &groupWorker{key: key, ordered: ordered}
+		p.groups[key] = g
+		p.workers.Add(1)
+		go p.work(g)
+	}
+	g.queue = append(g.queue, m)
+	p.mu.Unlock()
+}
+
+// take removes up to n messages from g's queue; when the queue is empty it
+// unregisters g (the worker exits) and returns nil.
+func (p *Processor) take(g *groupWorker, n int) []Message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(g.queue) == 0 {
+		delete(p.groups, g.key)
+		return nil
+	}
+	n = min(n, len(g.queue))
+	batch := make([]Message, n)
+	copy(batch, g.queue[:n])
+	g.queue = g.queue[n:]
+	if len(g.queue) == 0 {
+		g.queue = nil
+	}
+	return batch
+}
+
+func (p *Processor) work(g *groupWorker) {
+	defer p.workers.Done()
+	for {
+		select {
+		case p.sem <- struct{}{}:
+		case <-p.stopping:
+			p.releaseRest(g)
+			return
+		}
+		select {
+		case <-p.stopping:
+			<-p.sem
+			p.releaseRest(g)
+			return
+		default:
+		}
+		batch := p.take(g, p.cfg.PublishBatchSize)
+		if batch == nil {
+			<-p.sem
+			return
+		}
+		blocked := p.publish(g, batch)
+		<-p.sem
+		if blocked {
+			// An ordered group stops at a retry: what it holds goes back to
+			// PENDING behind the failed message (the store will not hand out
+			// the rest until that one is done).
+			p.releaseRest(g)
+			return
+		}
+	}
+}
+
+// releaseRest releases everything still queued for g and unregisters it.
+func (p *Processor) releaseRest(g *groupWorker) {
+	p.mu.Lock()
+	rest := g.queue
+	g.queue = nil
+	delete(p.groups, g.key)
+	p.mu.Unlock()
+	if len(rest) == 0 {
+		return
+	}
+	fb := &finishBatch{}
+	for i := range rest {
+		fb.add(rest[i], outcomeRelease, Result{}, time.Time{}, time.Time{})
+	}
+	p.recordCh <- fb
+}
+
+type outcomeKind int
+
+const (
+	outcomeSent outcomeKind = iota
+	outcomeRetry
+	outcomeDead
+	outcomeRelease
+	outcomeExpired // lease already expired: not published, nothing to record
+)
+
+type outcome struct {
+	msg       Message
+	kind      outcomeKind
+	res       Result
+	started   time.Time
+	nextAt    time.Time
+	finishedT time.Time
+}
+
+type finishBatch struct {
+	items []outcome
+}
+
+func (b *finishBatch) add(m Message, k outcomeKind, r Result, started, next time.Time) {
+	b.items = append(b.items, outcome{msg: m, kind: k, res: r, started: started, nextAt: next})
+}
+
+// publish sends one batch of a group and queues its outcomes. It returns
+// true when an ordered group must stop (a message will be retried later).
+func (p *Processor) publish(g *groupWorker, batch []Message) (blocked bool) {
+	now := p.cfg.Clock.Now()
+	fb := &finishBatch{}
+	// A message whose lease already expired while it waited in the buffer
+	// may have been recovered and claimed by another processor: do not
+	// publish it (the lease fence would refuse its outcome anyway).
+	live := batch[:0:0]
+	for i := range batch {
+		if !batch[i].ClaimedAt.IsZero() && now.Sub(batch[i].ClaimedAt) >= p.cfg.ProcessingTimeout {
+			fb.add(batch[i], outcomeExpired, Result{}, now, time.Time{})
+			continue
+		}
+		live = append(live, batch[i])
+	}
+	if len(live) > 0 {
+		for i := range live {
+			p.cfg.Observer.OnAttemptStarted(p.pubCtx, AttemptEvent{Message: live[i], Attempt: live[i].Attempts, StartedAt: now})
+		}
+		results := p.callPublisher(live)
+		finished := p.cfg.Clock.Now()
+		failed := false
+		for i := range live {
+			m := live[i]
+			r := results[i]
+			switch {
+			case r.Err == nil:
+				// Also after an earlier failure in an ordered group: the
+				// publisher sent it, so record the truth.
+				fb.add(m, outcomeSent, r, now, time.Time{})
+			case errors.Is(r.Err, ErrNotAttempted):
+				fb.add(m, outcomeRelease, r, now, time.Time{})
+				if g.ordered {
+					failed = true
+				}
+			default:
+				maxA := m.MaxAttempts
+				if maxA == 0 {
+					maxA = p.cfg.MaxAttempts
+				}
+				next, retry := p.cfg.Backoff.Next(finished, m.Attempts, maxA, !IsRetryable(r.Err), RetryDelayOf(r.Err))
+				if retry {
+					fb.add(m, outcomeRetry, r, now, next)
+					if g.ordered {
+						failed = true
+					}
+				} else {
+					fb.add(m, outcomeDead, r, now, time.Time{})
+				}
+			}
+		}
+		blocked = failed
+	}
+	p.recordCh <- fb
+	return blocked
+}
+
+// callPublisher calls the publisher, turning a panic or a wrong number of
+// results into retryable errors.
+func (p *Processor) callPublisher(batch []Message) (results []Result) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.log.Error("publisher panicked", "panic", fmt.Sprint(r))
+			results = make([]Result, len(batch))
+			for i := range results {
+				results[i] = Result{Err: Retryable("publisher_panic", "the publisher panicked")}
+			}
+		}
+	}()
+	results = p.pub.Publish(p.pubCtx, batch)
+	if len(results) != len(batch) {
+		p.log.Error("publisher returned a wrong number of results", "messages", len(batch), "results", len(results))
+		fixed := make([]Result, len(batch))
+		for i := range fixed {
+			if i < len(results) {
+				fixed[i] = results[i]
+			} else {
+				fixed[i] = Result{Err: Retryable("missing_result", "the publisher returned no result for this message")}
+			}
+		}
+		results = fixed
+	}
+	return results
+}
+
+// recordLoop writes outcomes, merging whatever batches are waiting into one
+// MessageFinish call.
+func (p *Processor) recordLoop() {
+	defer p.recorders.Done()
+	const maxMerge = 2000
+	for fb := range p.recordCh {
+		batches := []*finishBatch{fb}
+		n := len(fb.items)
+	merge:
+		for n < maxMerge {
+			select {
+			case more, ok := <-p.recordCh:
+				if !ok {
+					break merge
+				}
+				batches = append(batches, more)
+				n += len(more.items)
+			default:
+				break merge
+			}
+		}
+		p.record(batches)
+	}
+}
+
+func (p *Processor) record(batches []*finishBatch) {
+	params := MessageFinishParams{Owner: p.cfg.ID, Now: p.cfg.Clock.Now()}
+	count := 0
+	for _, b := range batches {
+		for _, o := range b.items {
+			m := o.msg
+			switch o.kind {
+			case outcomeSent:
+				params.Sent = append(params.Sent, SentOutcome{ID: m.ID, Attempt: m.Attempts, ProviderMessageID: o.res.ProviderMessageID, ProviderResponse: o.res.ProviderResponse, StartedAt: o.started})
+			case outcomeRetry:
+				params.Retry = append(params.Retry, RetryOutcome{ID: m.ID, Attempt: m.Attempts, NextAttemptAt: o.nextAt, Error: *ErrorInfoOf(o.res.Err), ProviderResponse: o.res.ProviderResponse, StartedAt: o.started})
+			case outcomeDead:
+				params.Dead = append(params.Dead, DeadOutcome{ID: m.ID, Attempt: m.Attempts, Error: *ErrorInfoOf(o.res.Err), ProviderResponse: o.res.ProviderResponse, StartedAt: o.started})
+			case outcomeRelease:
+				params.Released = append(params.Released, ReleaseOutcome{ID: m.ID, Attempt: m.Attempts})
+			}
+			count++
+		}
+	}
+	var lost map[string]bool
+	if len(params.Sent)+len(params.Retry)+len(params.Dead)+len(params.Released) > 0 {
+		res, err := p.finishWithRetry(params)
+		if err != nil {
+			p.log.Error("recording outcomes failed; the messages will be recovered when their lease expires", "err", err, "messages", count)
+		}
+		if len(res.LeaseLost) > 0 {
+			p.log.Warn("outcomes refused: lease lost", "messages", len(res.LeaseLost))
+			lost = make(map[string]bool, len(res.LeaseLost))
+			for _, id := range res.LeaseLost {
+				lost[id] = true
+			}
+		}
+	}
+	ctx := context.WithoutCancel(p.pubCtx)
+	for _, b := range batches {
+		for _, o := range b.items {
+			if o.kind == outcomeRelease || o.kind == outcomeExpired || lost[o.msg.ID] {
+				continue
+			}
+			ev := AttemptEvent{Message: o.msg, Attempt: o.msg.Attempts, Err: o.res.Err, StartedAt: o.started, Duration: params.Now.Sub(o.started)}
+			switch o.kind {
+			case outcomeSent:
+				ev.Outcome = AttemptSucceeded
+				ev.Message.Status = StatusSent
+				ev.Message.ProviderMessageID = o.res.ProviderMessageID
+			case outcomeRetry:
+				ev.Outcome = AttemptRetry
+				ev.NextAttemptAt = o.nextAt
+				ev.Message.Status = StatusPending
+				ev.Message.NextAttemptAt = o.nextAt
+				ev.Message.LastError = ErrorInfoOf(o.res.Err)
+			case outcomeDead:
+				ev.Outcome = AttemptFailed
+				ev.Message.Status = StatusFailed
+				ev.Message.LastError = ErrorInfoOf(o.res.Err)
+			}
+			p.cfg.Observer.OnAttemptFinished(ctx, ev)
+			switch o.kind {
+			case outcomeSent:
+				p.cfg.Observer.OnSent(ctx, ev)
+			case outcomeDead:
+				p.cfg.Observer.OnFailed(ctx, ev)
+			}
+		}
+	}
+	p.inflight.Add(-int64(count))
+	if p.waitingForSpace.CompareAndSwap(true, false) {
+		p.Wake()
+	}
+}
+
+// finishWithRetry records outcomes, retrying transient store errors for up
+// to a minute so that a database restart does not turn sent messages into
+// duplicates.
+func (p *Processor) finishWithRetry(params MessageFinishParams) (FinishResult, error) {
+	deadline := time.Now().Add(time.Minute)
+	delay := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		res, err := p.store.MessageFinish(ctx, params)
+		cancel()
+		if err == nil || errors.Is(err, ErrInvalidInput) || time.Now().Add(delay).After(deadline) {
+			return res, err
+		}
+		p.log.Warn("recording outcomes failed, retrying", "err", err, "retry_in", delay)
+		time.Sleep(delay)
+		delay = min(delay*2, 5*time.Second)
+	}
+}
