@@ -1,0 +1,114 @@
+package outbox
+
+import (
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestValidateMessage(t *testing.T) {
+	t.Parallel()
+	ok := func() Message { return Message{Topic: "t", Payload: []byte(`{"a":1}`)} }
+	cases := []struct {
+		field string
+		edit  func(*Message)
+	}{
+		{"Topic", func(m *Message) { m.Topic = "" }},
+		{"Topic", func(m *Message) { m.Topic = strings.Repeat("x", 256) }},
+		{"Tenant", func(m *Message) { m.Tenant = "a\x00b" }},
+		{"Group", func(m *Message) { m.Group = "\xff" }},
+		{"IdempotencyKey", func(m *Message) { m.IdempotencyKey = strings.Repeat("k", 300) }},
+		{"Payload", func(m *Message) { m.Payload = nil }},
+		{"Payload", func(m *Message) { m.Payload = []byte(`{"a":`) }},
+		{"Payload", func(m *Message) { m.Payload = []byte(`"` + strings.Repeat("a", MaxPayloadBytes) + `"`) }},
+		{"Headers", func(m *Message) { m.Headers = map[string]string{"": "x"} }},
+		{"MaxAttempts", func(m *Message) { m.MaxAttempts = -1 }},
+	}
+	for _, c := range cases {
+		m := ok()
+		c.edit(&m)
+		err := ValidateMessage(&m)
+		var ve *ValidationError
+		if !errors.As(err, &ve) || ve.Field != c.field || !errors.Is(err, ErrInvalidInput) {
+			t.Errorf("want invalid %s, got %v", c.field, err)
+		}
+	}
+	m := ok()
+	if err := ValidateMessage(&m); err != nil {
+		t.Fatalf("valid message refused: %v", err)
+	}
+}
+
+func TestPrepareMessage(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.FixedZone("x", 3600))
+	m := Message{Topic: "t", Payload: []byte(`1`), Status: StatusSent, Attempts: 3}
+	if err := PrepareMessage(&m, now); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.ID) != 26 || m.IdempotencyKey != m.ID || m.Status != StatusPending || m.Attempts != 0 {
+		t.Fatalf("prepared: %+v", m)
+	}
+	if !m.CreatedAt.Equal(now) || m.CreatedAt.Location() != time.UTC || !m.NextAttemptAt.Equal(now) {
+		t.Fatalf("times: %+v", m)
+	}
+	later := now.Add(time.Hour)
+	m2 := Message{Topic: "t", Payload: []byte(`1`), NextAttemptAt: later, IdempotencyKey: "k"}
+	_ = PrepareMessage(&m2, now)
+	if !m2.NextAttemptAt.Equal(later) || m2.IdempotencyKey != "k" {
+		t.Fatalf("a caller's delay and key must be kept: %+v", m2)
+	}
+}
+
+func TestNewIDSortsAndIsUnique(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	const n = 4000
+	var mu sync.Mutex
+	ids := make([]string, 0, n)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < n/4; i++ {
+				id := NewID(now)
+				mu.Lock()
+				ids = append(ids, id)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if len(id) != 26 || strings.Trim(id, crockford) != "" {
+			t.Fatalf("bad ULID %q", id)
+		}
+		if seen[id] {
+			t.Fatalf("duplicate ID %s", id)
+		}
+		seen[id] = true
+	}
+	a, b := NewID(now), NewID(now.Add(time.Millisecond))
+	if !(a < b) {
+		t.Fatalf("IDs must sort by time: %s !< %s", a, b)
+	}
+	// IDs from one goroutine in one millisecond are increasing
+	seq := []string{NewID(now), NewID(now), NewID(now)}
+	if !sort.StringsAreSorted(seq) {
+		t.Fatalf("not monotonic: %v", seq)
+	}
+	// The encoding of the 128 bits (a clock running backwards reuses the
+	// last millisecond, so test the encoder directly).
+	var zero, ones [16]byte
+	for i := range ones {
+		ones[i] = 0xff
+	}
+	if encodeULID(zero) != "00000000000000000000000000" || encodeULID(ones) != "7ZZZZZZZZZZZZZZZZZZZZZZZZZ" {
+		t.Fatalf("encoding: %s %s", encodeULID(zero), encodeULID(ones))
+	}
+}

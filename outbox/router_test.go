@@ -1,0 +1,74 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+func TestRouterSplitsByTopicKeepingOrder(t *testing.T) {
+	t.Parallel()
+	var gotA, gotB []string
+	a := PublisherFunc(func(_ context.Context, ms []Message) []Result {
+		out := make([]Result, len(ms))
+		for i, m := range ms {
+			gotA = append(gotA, m.ID)
+			out[i] = Result{ProviderMessageID: "a-" + m.ID}
+		}
+		return out
+	})
+	b := PublisherFunc(func(_ context.Context, ms []Message) []Result {
+		for _, m := range ms {
+			gotB = append(gotB, m.ID)
+		}
+		return []Result{{ProviderMessageID: "b-" + ms[0].ID}} // one result short
+	})
+	r := NewRouter().Handle("a", a).Handle("b", b)
+	if ts := r.Topics(); len(ts) != 2 || ts[0] != "a" || ts[1] != "b" {
+		t.Fatalf("Topics = %v", ts)
+	}
+	msgs := []Message{{ID: "1", Topic: "a"}, {ID: "2", Topic: "b"}, {ID: "3", Topic: "a"}, {ID: "4", Topic: "zzz"}, {ID: "5", Topic: "b"}}
+	res := r.Publish(context.Background(), msgs)
+	if len(res) != len(msgs) {
+		t.Fatalf("%d results", len(res))
+	}
+	if res[0].ProviderMessageID != "a-1" || res[2].ProviderMessageID != "a-3" || res[1].ProviderMessageID != "b-2" {
+		t.Fatalf("results not merged back in order: %+v", res)
+	}
+	if !errors.Is(res[3].Err, ErrNoPublisher) || IsRetryable(res[3].Err) {
+		t.Fatalf("unknown topic: %v", res[3].Err)
+	}
+	if res[4].Err == nil || !IsRetryable(res[4].Err) {
+		t.Fatalf("missing result must be a retryable error: %v", res[4].Err)
+	}
+	if len(gotA) != 2 || gotA[0] != "1" || gotA[1] != "3" || len(gotB) != 2 {
+		t.Fatalf("calls: a=%v b=%v", gotA, gotB)
+	}
+}
+
+func TestConfigDefaultsAndValidation(t *testing.T) {
+	t.Parallel()
+	c := Config{}.WithDefaults()
+	if c.PollInterval.String() != "1s" || c.PollBatchSize != 500 || c.PublishBatchSize != 100 ||
+		c.MaxConcurrentGroups != 10 || c.BufferSize != 1000 || c.ProcessingTimeout.String() != "5m0s" ||
+		c.RecoveryInterval.String() != "1m0s" || c.MaxAttempts != DefaultMaxAttempts || c.ID == "" {
+		t.Fatalf("defaults: %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bad := []Config{
+		{PollBatchSize: -1}, {BufferSize: -5}, {PollInterval: -1}, {MaxAttempts: MaxAttemptsLimit + 1},
+		{Backoff: Backoff{Jitter: 2}}, {Topics: []string{""}},
+	}
+	for _, b := range bad {
+		err := b.WithDefaults().Validate()
+		var ve *ValidationError
+		if !errors.As(err, &ve) {
+			t.Errorf("%+v: want a ValidationError, got %v", b, err)
+		}
+	}
+	if _, err := NewProcessor(nil, NewRouter(), Config{}); !errors.Is(err, ErrInvalidInput) {
+		t.Errorf("nil store: %v", err)
+	}
+}
