@@ -1,0 +1,79 @@
+// Package outbox is the core of outboxkit: the transactional outbox pattern
+// for Go services. It holds the message model, the state machine, the retry
+// backoff, the error types, the ports adapters implement (Store,
+// Enqueuer[TTx], Publisher, Observer, Policy) and the Processor. It imports
+// the standard library only; databases and providers live in adapter
+// packages (store/sqlite, store/postgres, whatsapp, flowcatalyst, ...).
+//
+// # Enqueue
+//
+// Write the business data and the message in one transaction of yours: the
+// message exists if and only if the transaction commits.
+//
+//	ob := outbox.New[*sql.Tx](store, outbox.Options{})
+//	tx, err := db.BeginTx(ctx, nil)
+//	// ... INSERT INTO orders ... in tx
+//	res, err := ob.EnqueueTx(ctx, tx, outbox.Message{
+//		Tenant:         "org-1",
+//		Topic:          "orders",
+//		Group:          "order-42",      // FIFO within (tenant, topic, group)
+//		IdempotencyKey: "order-42-created",
+//		Payload:        []byte(`{"order":42}`),
+//	})
+//	err = tx.Commit()
+//
+// A repeated (Tenant, IdempotencyKey) returns the first message with
+// Existed = true and leaves the transaction usable. Invalid messages
+// (ErrInvalidInput) and messages a Policy refuses (ErrBlockedByPolicy) are
+// reported before any statement runs.
+//
+// # Run
+//
+// Run the processor in one or many replicas:
+//
+//	router := outbox.NewRouter().Handle("orders", myPublisher)
+//	err := outbox.Run(ctx, store, router, outbox.Config{})
+//
+// It claims due messages atomically, publishes them in batches with at most
+// Config.MaxConcurrentGroups groups at once, keeps FIFO per group across
+// processors and retries, retries retryable failures after 1, 5, 15, 60 and
+// 360 minutes (a publisher's retry-after wins), dead-letters after
+// Config.MaxAttempts (6) attempts or at once on a permanent error, recovers
+// messages whose processor died (after Config.ProcessingTimeout), and shuts
+// down cleanly when ctx is cancelled. Every default is documented on Config.
+//
+// # Publishers and errors
+//
+// A Publisher returns one Result per message. Failures are classified with
+// Permanent, Retryable and RetryAfter (a *PublishError carrying the
+// provider's code); any other error is retryable. ErrNotAttempted puts a
+// message back without counting an attempt.
+//
+// # Delivery tracking
+//
+// Provider receipts (sent, delivered, read, failed) are applied with
+// Store.MessageApplyReceipt, which uses ApplyReceipt: idempotent, tenant
+// scoped, never moving a message backwards. Every attempt is kept
+// (Store.AttemptList). Observers receive enqueued, attempt, sent, failed,
+// delivery and policy hooks for audit trails and metrics.
+//
+// # States
+//
+// PENDING → PROCESSING → SENT → DELIVERED; PROCESSING → PENDING (retry,
+// release, expired lease); PROCESSING → FAILED (dead letter); SENT → FAILED
+// (failed receipt); PENDING → CANCELLED; FAILED → PENDING (requeue). See
+// Transition and docs/state_machine.md.
+//
+// # Stores
+//
+// store/sqlite is the embedded default (no server, no cgo); store/postgres
+// is the production store. Outside Store implementations are welcome: they
+// must pass the conformance suite in internal/storetest. The Store and
+// Enqueuer interfaces may gain methods before v1.0; from v1.0 they follow
+// semver.
+//
+// # Testing
+//
+// Package outboxtest offers a recording Publisher, a fake Clock and
+// assertions on enqueued messages and drained stores.
+package outbox
