@@ -125,9 +125,11 @@ type Publication struct {
 	At      time.Time
 }
 
-// Recorder is a Publisher for tests: it records every message it is handed
+// Recorder is a Publisher for tests: it records every message it publishes
 // and answers with Func's result (success with ProviderMessageID "p-<ID>"
-// when Func is nil). It is safe for concurrent use.
+// when Func is nil). Like a well-behaved publisher it stops an ordered group
+// at its first failure in a batch: the group's later messages get
+// outbox.ErrNotAttempted and are not recorded. It is safe for concurrent use.
 type Recorder struct {
 	// Func decides the result of each message; nil means success.
 	Func func(m outbox.Message) outbox.Result
@@ -139,9 +141,14 @@ type Recorder struct {
 // Publish records msgs and returns their results.
 func (r *Recorder) Publish(ctx context.Context, msgs []outbox.Message) []outbox.Result {
 	out := make([]outbox.Result, len(msgs))
+	stopped := map[string]bool{}
 	for i, m := range msgs {
 		if err := ctx.Err(); err != nil {
 			out[i] = outbox.Result{Err: err}
+			continue
+		}
+		if m.Group != "" && stopped[m.GroupKey()] {
+			out[i] = outbox.Result{Err: outbox.ErrNotAttempted}
 			continue
 		}
 		res := outbox.Result{ProviderMessageID: "p-" + m.ID}
@@ -149,6 +156,9 @@ func (r *Recorder) Publish(ctx context.Context, msgs []outbox.Message) []outbox.
 			res = r.Func(m)
 		}
 		out[i] = res
+		if res.Err != nil && m.Group != "" {
+			stopped[m.GroupKey()] = true
+		}
 		r.mu.Lock()
 		r.pubs = append(r.pubs, Publication{Message: m, Result: res, At: time.Now()})
 		r.mu.Unlock()
