@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS {{prefix}}attempts;
+DROP TABLE IF EXISTS {{prefix}}messages;
