@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -70,5 +71,32 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 	}
 	if _, err := NewProcessor(nil, NewRouter(), Config{}); !errors.Is(err, ErrInvalidInput) {
 		t.Errorf("nil store: %v", err)
+	}
+}
+
+func TestPublishEachStopsAGroupAtItsFirstFailure(t *testing.T) {
+	t.Parallel()
+	var sent []string
+	p := PublishEach(func(_ context.Context, m Message) Result {
+		sent = append(sent, m.ID)
+		if m.ID == "a1" {
+			return Result{Err: Retryable("x", "down")}
+		}
+		return Result{ProviderMessageID: "p" + m.ID}
+	})
+	msgs := []Message{
+		{ID: "a1", Group: "a"}, {ID: "b1", Group: "b"}, {ID: "a2", Group: "a"}, {ID: "u1"}, {ID: "b2", Group: "b"},
+	}
+	res := p.Publish(context.Background(), msgs)
+	if got := strings.Join(sent, ","); got != "a1,b1,u1,b2" {
+		t.Fatalf("sent %s: a2 must not be sent after a1 failed", got)
+	}
+	if !errors.Is(res[2].Err, ErrNotAttempted) || res[1].Err != nil || res[4].ProviderMessageID != "pb2" {
+		t.Fatalf("results: %+v", res)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if res := p.Publish(ctx, msgs[:1]); !errors.Is(res[0].Err, context.Canceled) {
+		t.Fatalf("cancelled ctx: %+v", res)
 	}
 }
