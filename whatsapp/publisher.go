@@ -1,0 +1,514 @@
+package whatsapp
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// Defaults of Config.
+const (
+	DefaultBaseURL    = "https://graph.facebook.com"
+	DefaultAPIVersion = "v25.0"
+	DefaultTimeout    = 30 * time.Second
+	// DefaultThroughput is Meta's default throughput per business phone
+	// number, in messages per second.
+	DefaultThroughput = 80
+)
+
+// Error codes of this package (Meta's own codes are their numbers as
+// strings, e.g. "131047").
+const (
+	// CodeWindowClosed: a free-form message to a user outside the 24-hour
+	// customer-service window; send a template. Permanent, decided before
+	// any HTTP call.
+	CodeWindowClosed = "session_window_closed"
+	// CodeQuotaExceeded: the tenant's quota is used up; retried when the
+	// window resets.
+	CodeQuotaExceeded = "quota_exceeded"
+	// CodeThrottled: the tenant or the recipient is throttled after a rate
+	// limit; retried when the throttle ends.
+	CodeThrottled = "throttled"
+	// CodeInvalidPayload: the message payload cannot be sent. Permanent.
+	CodeInvalidPayload = "invalid_payload"
+	// CodeInvalidPhone: "to" is not a phone number. Permanent.
+	CodeInvalidPhone = "invalid_phone_number"
+	// CodeUnknownTenant: no credentials for the message's tenant. Permanent.
+	CodeUnknownTenant = "unknown_tenant"
+	// CodeCredentials: the credentials provider failed. Retryable.
+	CodeCredentials = "credentials_unavailable"
+	// CodeStateUnavailable: the window or quota store failed. Retryable.
+	CodeStateUnavailable = "state_unavailable"
+	// CodeTimeout: the Cloud API did not answer in time. Retryable.
+	CodeTimeout = "timeout"
+	// CodeNetwork: the request failed before an answer. Retryable.
+	CodeNetwork = "network_error"
+	// CodeBadResponse: a 2xx answer without a message ID. Retryable (the
+	// message may have been sent: at-least-once).
+	CodeBadResponse = "bad_response"
+)
+
+// Config configures a Publisher.
+type Config struct {
+	// Credentials gives each tenant's phone number ID and access token.
+	// Required.
+	Credentials CredentialsProvider
+	// BaseURL is the Graph API root. Defaults to DefaultBaseURL.
+	BaseURL string
+	// APIVersion is the Graph API version in the URL ("v25.0"). Defaults
+	// to DefaultAPIVersion.
+	APIVersion string
+	// HTTPClient sends the requests. Defaults to a client with Timeout.
+	HTTPClient *http.Client
+	// Timeout bounds each request (on top of ctx). Defaults to
+	// DefaultTimeout (30 s).
+	Timeout time.Duration
+	// Errors classifies Meta's error codes. Defaults to DefaultErrorMap().
+	Errors *ErrorMap
+	// Windows, when set, is checked before every free-form (non-template)
+	// message: outside the window the message fails with CodeWindowClosed
+	// and no HTTP call is made. Defaults to no check (Meta then answers
+	// 131047, also permanent).
+	Windows WindowStore
+	// Quotas, when set, counts every message against its tenant's quota and
+	// throttle; a used-up quota delays the message (CodeQuotaExceeded),
+	// never fails it. Rate-limit errors from Meta throttle the tenant here.
+	// Defaults to no quota.
+	Quotas QuotaStore
+	// Throughput is the most messages per second sent from one business
+	// phone number by this Publisher (a process-local token bucket, so a
+	// burst does not trip Meta's 80/s limit; with several replicas give
+	// each its share). Defaults to DefaultThroughput; negative disables it.
+	Throughput float64
+	// DefaultLanguage is the template language of seed-shaped payloads that
+	// name none. Defaults to "en_US".
+	DefaultLanguage string
+	// Logger receives structured logs (never tokens or payloads). Defaults
+	// to discarding them.
+	Logger *slog.Logger
+	// Clock tells the time for windows, quotas and throttles. Defaults to
+	// outbox.SystemClock.
+	Clock outbox.Clock
+}
+
+// Publisher sends outbox messages through the WhatsApp Cloud API. It
+// implements outbox.Publisher and is safe for concurrent use.
+type Publisher struct {
+	cfg      Config
+	endpoint *url.URL
+	limiter  *limiter
+
+	mu         sync.Mutex
+	recipients map[[2]string]*recipientThrottle
+}
+
+type recipientThrottle struct {
+	until    time.Time
+	failures int
+}
+
+// NewPublisher returns a Publisher for cfg.
+func NewPublisher(cfg Config) (*Publisher, error) {
+	if cfg.Credentials == nil {
+		return nil, outbox.InvalidParam("Config.Credentials", "is required")
+	}
+	cfg.BaseURL = strings.TrimRight(cmp.Or(cfg.BaseURL, DefaultBaseURL), "/")
+	cfg.APIVersion = cmp.Or(cfg.APIVersion, DefaultAPIVersion)
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.DefaultLanguage = cmp.Or(cfg.DefaultLanguage, "en_US")
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: cfg.Timeout}
+	}
+	if cfg.Errors == nil {
+		cfg.Errors = DefaultErrorMap()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = outbox.SystemClock
+	}
+	if cfg.Throughput == 0 {
+		cfg.Throughput = DefaultThroughput
+	}
+	if cfg.Timeout < 0 {
+		return nil, outbox.InvalidParam("Config.Timeout", "must not be negative")
+	}
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return nil, outbox.InvalidParam("Config.BaseURL", "must be an http(s) URL")
+	}
+	if strings.ContainsAny(cfg.APIVersion, "/?#") {
+		return nil, outbox.InvalidParam("Config.APIVersion", "must be a version such as v25.0")
+	}
+	p := &Publisher{cfg: cfg, endpoint: u, recipients: map[[2]string]*recipientThrottle{}}
+	if cfg.Throughput > 0 {
+		p.limiter = newLimiter(cfg.Throughput, int(math.Ceil(cfg.Throughput)))
+	}
+	return p, nil
+}
+
+// Publish sends msgs one by one, in order, and returns one Result per
+// message. In an ordered group (Message.Group != "") it stops at the first
+// failure: the group's later messages get outbox.ErrNotAttempted so FIFO
+// holds. When ctx ends, the messages not sent yet get an error matching both
+// outbox.ErrNotAttempted and ctx.Err().
+func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox.Result {
+	results := make([]outbox.Result, len(msgs))
+	failed := map[string]bool{}
+	for i := range msgs {
+		m := &msgs[i]
+		key := m.GroupKey()
+		switch {
+		case m.Group != "" && failed[key]:
+			results[i] = outbox.Result{Err: outbox.ErrNotAttempted}
+			continue
+		case ctx.Err() != nil:
+			results[i] = outbox.Result{Err: fmt.Errorf("%w: %w", outbox.ErrNotAttempted, ctx.Err())}
+			continue
+		}
+		results[i] = p.Send(ctx, m)
+		if results[i].Err != nil && m.Group != "" {
+			failed[key] = true
+		}
+	}
+	return results
+}
+
+// Send sends one message and returns its result: the wamid as
+// ProviderMessageID and the API's answer as ProviderResponse, or an
+// *outbox.PublishError.
+func (p *Publisher) Send(ctx context.Context, m *outbox.Message) outbox.Result {
+	req, err := BuildRequest(m.Payload, p.cfg.DefaultLanguage, m.ID)
+	if err != nil {
+		code := CodeInvalidPayload
+		if errors.Is(err, ErrInvalidPhone) {
+			code = CodeInvalidPhone
+		}
+		return outbox.Result{Err: &outbox.PublishError{Code: code, Message: err.Error(), Permanent: true, Err: err}}
+	}
+	creds, err := p.cfg.Credentials.Credentials(ctx, m.Tenant)
+	if err != nil {
+		if errors.Is(err, ErrUnknownTenant) {
+			return outbox.Result{Err: &outbox.PublishError{Code: CodeUnknownTenant, Message: "no WhatsApp credentials for the message's tenant", Permanent: true, Err: err}}
+		}
+		return outbox.Result{Err: &outbox.PublishError{Code: CodeCredentials, Message: "the credentials provider failed", Err: err}}
+	}
+	if creds.PhoneNumberID == "" || creds.AccessToken == "" || strings.ContainsAny(creds.PhoneNumberID, "/?#") {
+		return outbox.Result{Err: &outbox.PublishError{Code: CodeUnknownTenant, Message: "the tenant's WhatsApp credentials lack a phone number ID or an access token", Permanent: true}}
+	}
+	now := p.cfg.Clock.Now()
+
+	if !req.Template && p.cfg.Windows != nil {
+		w, ok, err := p.cfg.Windows.WindowGet(ctx, m.Tenant, req.To)
+		if err != nil {
+			return outbox.Result{Err: &outbox.PublishError{Code: CodeStateUnavailable, Message: "the session window store failed", Err: err}}
+		}
+		if !ok || !w.Open(now) {
+			return outbox.Result{Err: outbox.Permanent(CodeWindowClosed, "free-form message outside the 24-hour customer-service window: the user has not written in the last 24 hours; send a template instead")}
+		}
+	}
+	if d := p.recipientWait(m.Tenant, req.To, now); d > 0 {
+		return outbox.Result{Err: outbox.RetryAfter(d, CodeThrottled, "the recipient is throttled after Meta's pair rate limit (131056)")}
+	}
+	if p.cfg.Quotas != nil {
+		st, ok, err := p.cfg.Quotas.QuotaConsume(ctx, m.Tenant, now)
+		if err != nil {
+			return outbox.Result{Err: &outbox.PublishError{Code: CodeStateUnavailable, Message: "the quota store failed", Err: err}}
+		}
+		if !ok {
+			if st.Throttled {
+				return outbox.Result{Err: outbox.RetryAfter(positive(st.ThrottledUntil.Sub(now)), CodeThrottled, "the tenant is throttled after a rate limit until "+st.ThrottledUntil.Format(time.RFC3339))}
+			}
+			return outbox.Result{Err: outbox.RetryAfter(positive(st.ResetAt.Sub(now)), CodeQuotaExceeded, fmt.Sprintf("the tenant's quota of %d messages is used up until %s", st.Limit, st.ResetAt.Format(time.RFC3339)))}
+		}
+	}
+	if p.limiter != nil {
+		if err := p.limiter.wait(ctx, creds.PhoneNumberID); err != nil {
+			return outbox.Result{Err: fmt.Errorf("%w: %w", outbox.ErrNotAttempted, err)}
+		}
+	}
+	return p.post(ctx, m, req, creds)
+}
+
+func positive(d time.Duration) time.Duration { return max(d, time.Second) }
+
+func (p *Publisher) post(ctx context.Context, m *outbox.Message, req Request, creds Credentials) outbox.Result {
+	u := *p.endpoint
+	u.Path = strings.TrimRight(u.Path, "/") + "/" + p.cfg.APIVersion + "/" + creds.PhoneNumberID + "/messages"
+	rctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(rctx, http.MethodPost, u.String(), bytes.NewReader(req.Body))
+	if err != nil {
+		return outbox.Result{Err: &outbox.PublishError{Code: CodeNetwork, Message: "building the request failed"}}
+	}
+	hreq.Header.Set("Authorization", "Bearer "+creds.AccessToken)
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "application/json")
+	resp, err := p.cfg.HTTPClient.Do(hreq)
+	if err != nil {
+		return outbox.Result{Err: p.transportError(ctx, rctx, err, creds)}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return outbox.Result{Err: p.transportError(ctx, rctx, err, creds)}
+	}
+	body = redactBytes(body, creds)
+	var pr json.RawMessage
+	if json.Valid(body) {
+		pr = body
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		var ok struct {
+			Messages []struct {
+				ID string `json:"id"`
+			} `json:"messages"`
+		}
+		if json.Unmarshal(body, &ok) != nil || len(ok.Messages) == 0 || ok.Messages[0].ID == "" {
+			return outbox.Result{ProviderResponse: pr, Err: outbox.Retryable(CodeBadResponse, fmt.Sprintf("HTTP %d without a message id in the answer", resp.StatusCode))}
+		}
+		p.recipientOK(m.Tenant, req.To)
+		return outbox.Result{ProviderMessageID: ok.Messages[0].ID, ProviderResponse: pr}
+	}
+	return outbox.Result{ProviderResponse: pr, Err: p.apiError(ctx, m, req, creds, resp, body)}
+}
+
+// APIError is the error object of a Cloud API answer or webhook.
+type APIError struct {
+	Message   string `json:"message"`
+	Type      string `json:"type,omitempty"`
+	Code      int    `json:"code"`
+	Title     string `json:"title,omitempty"`
+	ErrorData struct {
+		Details string `json:"details,omitempty"`
+	} `json:"error_data"`
+	Href      string `json:"href,omitempty"`
+	FBTraceID string `json:"fbtrace_id,omitempty"`
+}
+
+func (p *Publisher) apiError(ctx context.Context, m *outbox.Message, req Request, creds Credentials, resp *http.Response, body []byte) error {
+	now := p.cfg.Clock.Now()
+	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), now)
+	var env struct {
+		Error *struct {
+			APIError
+			Code *int `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &env) != nil || env.Error == nil || env.Error.Code == nil {
+		// No usable code: classify by HTTP status.
+		code := "http_" + strconv.Itoa(resp.StatusCode)
+		msg := fmt.Sprintf("HTTP %d from the Cloud API without an error code", resp.StatusCode)
+		switch {
+		case resp.StatusCode == http.StatusTooManyRequests:
+			d := cmp.Or(retryAfter, time.Minute)
+			p.throttleTenant(ctx, m.Tenant, now.Add(d), now)
+			return &outbox.PublishError{Code: code, Message: msg, RetryAfter: d}
+		case resp.StatusCode >= 500:
+			return &outbox.PublishError{Code: code, Message: msg, RetryAfter: retryAfter}
+		default:
+			return &outbox.PublishError{Code: code, Message: msg, Permanent: true}
+		}
+	}
+	e := env.Error.APIError
+	e.Code = *env.Error.Code
+	spec := p.cfg.Errors.Classify(e.Code, e.ErrorData.Details)
+	msg := spec.Description
+	if meta := strings.TrimSpace(cmp.Or(e.Message, e.Title)); meta != "" {
+		msg += "; Meta: " + meta
+	}
+	if e.ErrorData.Details != "" {
+		msg += " (" + e.ErrorData.Details + ")"
+	}
+	if e.FBTraceID != "" {
+		msg += " [fbtrace_id " + e.FBTraceID + "]"
+	}
+	msg = redact(msg, creds)
+	pe := &outbox.PublishError{Code: strconv.Itoa(e.Code), Message: msg, Permanent: !spec.Retryable && spec.RateLimit == ScopeNone}
+	if pe.Permanent {
+		return pe
+	}
+	d := retryAfter
+	switch spec.RateLimit {
+	case ScopeTenant:
+		d = cmp.Or(d, spec.RetryAfter, time.Minute)
+		p.throttleTenant(ctx, m.Tenant, now.Add(d), now)
+	case ScopeRecipient:
+		d = cmp.Or(d, p.recipientFailed(m.Tenant, req.To, now))
+	default:
+		d = cmp.Or(d, spec.RetryAfter)
+	}
+	pe.RetryAfter = d
+	p.cfg.Logger.WarnContext(ctx, "whatsapp: send failed", "message_id", m.ID, "tenant", m.Tenant, "code", e.Code, "retry_after", d)
+	return pe
+}
+
+func (p *Publisher) throttleTenant(ctx context.Context, tenant string, until, now time.Time) {
+	if p.cfg.Quotas == nil {
+		return
+	}
+	if err := p.cfg.Quotas.QuotaThrottle(ctx, tenant, until, now); err != nil {
+		p.cfg.Logger.ErrorContext(ctx, "whatsapp: recording a throttle failed", "tenant", tenant, "err", err)
+	}
+}
+
+// recipientFailed records a pair-rate-limit failure and returns Meta's
+// advised wait: 4^X seconds, X the consecutive failures so far (1, 4, 16,
+// 64 ... capped at about 68 minutes).
+func (p *Publisher) recipientFailed(tenant, phone string, now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := [2]string{tenant, phone}
+	r := p.recipients[k]
+	if r == nil {
+		r = &recipientThrottle{}
+		p.recipients[k] = r
+	}
+	d := time.Duration(math.Pow(4, float64(min(r.failures, 6)))) * time.Second
+	r.failures++
+	r.until = now.Add(d)
+	// forget recipients whose throttle ended long ago, so the map stays small
+	if len(p.recipients) > 10000 {
+		for k, v := range p.recipients {
+			if now.Sub(v.until) > time.Hour {
+				delete(p.recipients, k)
+			}
+		}
+	}
+	return d
+}
+
+func (p *Publisher) recipientWait(tenant, phone string, now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.recipients[[2]string{tenant, phone}]; r != nil && r.until.After(now) {
+		return r.until.Sub(now)
+	}
+	return 0
+}
+
+func (p *Publisher) recipientOK(tenant, phone string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.recipients, [2]string{tenant, phone})
+}
+
+func (p *Publisher) transportError(ctx, rctx context.Context, err error, creds Credentials) error {
+	switch {
+	case ctx.Err() != nil:
+		return &outbox.PublishError{Code: "canceled", Message: "the send was cancelled before the Cloud API answered", Err: ctx.Err()}
+	case errors.Is(err, context.DeadlineExceeded) || rctx.Err() != nil || isTimeout(err):
+		return &outbox.PublishError{Code: CodeTimeout, Message: fmt.Sprintf("the Cloud API did not answer within %s", p.cfg.Timeout)}
+	}
+	// The error text names the URL (no secret in it) and the network
+	// failure; redact anyway in case a custom transport adds more.
+	msg := err.Error()
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		msg = ue.Err.Error()
+	}
+	return &outbox.PublishError{Code: CodeNetwork, Message: "request to the Cloud API failed: " + redact(msg, creds)}
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s > 0 {
+		return time.Duration(min(s, 7*24*3600)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return min(t.Sub(now), 7*24*time.Hour)
+	}
+	return 0
+}
+
+func redact(s string, c Credentials) string {
+	for _, secret := range []string{c.AccessToken, c.AppSecret, c.VerifyToken} {
+		if len(secret) >= 4 {
+			s = strings.ReplaceAll(s, secret, "[redacted]")
+		}
+	}
+	return s
+}
+
+func redactBytes(b []byte, c Credentials) []byte {
+	for _, secret := range []string{c.AccessToken, c.AppSecret, c.VerifyToken} {
+		if len(secret) >= 4 && bytes.Contains(b, []byte(secret)) {
+			b = bytes.ReplaceAll(b, []byte(secret), []byte("[redacted]"))
+		}
+	}
+	return b
+}
+
+// limiter is a token bucket per key (business phone number).
+type limiter struct {
+	rate  float64
+	burst float64
+	mu    sync.Mutex
+	b     map[string]*bucket
+}
+
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+func newLimiter(rate float64, burst int) *limiter {
+	return &limiter{rate: rate, burst: float64(max(burst, 1)), b: map[string]*bucket{}}
+}
+
+// reserve takes a token for key and returns how long to wait before using
+// it.
+func (l *limiter) reserve(key string, now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.b[key]
+	if b == nil {
+		b = &bucket{tokens: l.burst, last: now}
+		l.b[key] = b
+	}
+	b.tokens = math.Min(l.burst, b.tokens+now.Sub(b.last).Seconds()*l.rate)
+	b.last = now
+	b.tokens--
+	if b.tokens >= 0 {
+		return 0
+	}
+	return time.Duration(-b.tokens / l.rate * float64(time.Second))
+}
+
+func (l *limiter) wait(ctx context.Context, key string) error {
+	d := l.reserve(key, time.Now())
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
