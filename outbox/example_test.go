@@ -1,0 +1,109 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/outboxkit/outboxkit/outbox"
+	"github.com/outboxkit/outboxkit/store/sqlite"
+)
+
+// Enqueue a message in the same transaction as the business write, then run
+// the processor until the message is delivered.
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "outbox-example-")
+	defer os.RemoveAll(dir)
+	store, err := sqlite.Open(ctx, filepath.Join(dir, "app.db"), sqlite.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		panic(err)
+	}
+	_, _ = store.DB().ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY)`)
+
+	ob := outbox.New[*sql.Tx](store, outbox.Options{})
+	err = store.InTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id) VALUES (42)`); err != nil {
+			return err
+		}
+		_, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Group: "order-42", Payload: []byte(`{"order":42}`)})
+		return err
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	delivered := make(chan struct{})
+	pub := outbox.PublishEach(func(_ context.Context, m outbox.Message) outbox.Result {
+		fmt.Printf("published %s to %s\n", m.Payload, m.Topic)
+		close(delivered)
+		return outbox.Result{ProviderMessageID: "provider-1"}
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- outbox.Run(runCtx, store, outbox.NewRouter().Handle("orders", pub), outbox.Config{}) }()
+	<-delivered
+	stop()
+	<-done
+
+	page, _ := store.MessageList(ctx, outbox.MessageListParams{})
+	fmt.Println(page.Messages[0].Status, page.Messages[0].ProviderMessageID)
+	// Output:
+	// published {"order":42} to orders
+	// SENT provider-1
+}
+
+// A message that keeps failing is retried on the backoff schedule and then
+// dead-lettered; an operator can requeue it.
+func Example_deadLetter() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "outbox-example-")
+	defer os.RemoveAll(dir)
+	store, _ := sqlite.Open(ctx, filepath.Join(dir, "app.db"), sqlite.Options{})
+	defer store.Close()
+	_ = store.Migrate(ctx)
+
+	ob := outbox.New[*sql.Tx](store, outbox.Options{})
+	res, _ := ob.Enqueue(ctx, outbox.Message{Topic: "sms", Payload: []byte(`{"to":"+31600000000"}`), MaxAttempts: 3})
+	id := res[0].Message.ID
+
+	pub := outbox.PublishEach(func(context.Context, outbox.Message) outbox.Result {
+		return outbox.Result{Err: outbox.Retryable("503", "gateway unavailable")}
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() {
+		done <- outbox.Run(runCtx, store, pub, outbox.Config{
+			PollInterval: 10 * time.Millisecond,
+			Backoff:      outbox.Backoff{Schedule: []time.Duration{10 * time.Millisecond}}, // shortened
+		})
+	}()
+	for {
+		m, _ := store.MessageGet(ctx, outbox.MessageGetParams{ID: id})
+		if m.Status == outbox.StatusFailed {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	<-done
+
+	attempts, _ := store.AttemptList(ctx, outbox.AttemptListParams{MessageID: id})
+	for _, a := range attempts {
+		fmt.Println(a.Number, a.Outcome, a.Error.Code)
+	}
+	m, _ := store.MessageRequeue(ctx, outbox.MessageRequeueParams{ID: id})
+	fmt.Println("requeued:", m.Status, m.Attempts)
+	// Output:
+	// 1 RETRY 503
+	// 2 RETRY 503
+	// 3 FAILED 503
+	// requeued: PENDING 0
+}
