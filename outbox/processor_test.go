@@ -367,7 +367,7 @@ func TestProcessorDeadLettersPermanentErrorsAndNotifiesObservers(t *testing.T) {
 
 type recordingObserver struct {
 	outbox.NopObserver
-	mu                               sync.Mutex
+	mu                              sync.Mutex
 	started, finished, sent, failed int
 }
 
