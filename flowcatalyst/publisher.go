@@ -383,7 +383,7 @@ func (p *Publisher) readSuccess(rctx, ctx context.Context, path string, resp *ht
 	}
 	for j, i := range idx {
 		r := results[j]
-		res := outbox.Result{ProviderMessageID: r.ID, ProviderResponse: json.RawMessage(redact(string(rawResults[j]), token))}
+		res := outbox.Result{ProviderMessageID: redact(r.ID, token), ProviderResponse: json.RawMessage(redact(string(rawResults[j]), token))}
 		switch {
 		case r.Status.Sent():
 		case r.Status.Permanent():
