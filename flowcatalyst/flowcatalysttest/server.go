@@ -300,12 +300,16 @@ func (s *Server) itemResults(req *Request) []flowcatalyst.ItemResult {
 		}
 		out[i] = r
 	}
+	prefix := currentPaths[req.Path]
+	if req.Generation == Seed {
+		prefix = seedPaths[req.Path]
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range out {
 		if out[i].ID == "" && out[i].Status.Sent() {
 			s.nextID++
-			out[i].ID = fmt.Sprintf("%s_%06d", currentPaths[req.Path]+seedPaths[req.Path], s.nextID)
+			out[i].ID = fmt.Sprintf("%s_%06d", prefix, s.nextID)
 		}
 	}
 	return out
