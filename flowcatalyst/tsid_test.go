@@ -109,8 +109,10 @@ func TestTSIDGeneratorMonotonic(t *testing.T) {
 			t.Fatalf("id %d (%s) does not follow %s", i, ids[i], ids[i-1])
 		}
 	}
-	if d := ids[9999].Time().Sub(start); d < time.Millisecond || d > 4*time.Millisecond {
-		t.Errorf("after 10,000 ids in one ms the time moved %s, want 2-4 ms borrowed", d)
+	// Each millisecond holds at most 4,096 ids (fewer: the counter starts
+	// at a random value), so 10,000 ids borrow at least 2 more.
+	if d := ids[9999].Time().Sub(start); d < 2*time.Millisecond || d > 100*time.Millisecond {
+		t.Errorf("after 10,000 ids in one ms the time moved %s, want at least 2 ms borrowed", d)
 	}
 	if got := ids[len(ids)-1].Time(); !got.Equal(start.Add(time.Hour)) {
 		t.Errorf("last id time %s, want %s", got, start.Add(time.Hour))
