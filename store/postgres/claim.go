@@ -1,0 +1,104 @@
+package postgres
+
+import (
+	"context"
+	"sort"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// MaxClaimLimit is the largest MessageClaimParams.Limit the store accepts.
+const MaxClaimLimit = 10000
+
+// MessageClaim leases up to p.Limit due messages to p.Owner in one statement
+// (one round trip in the common case) and returns them ordered by Seq.
+//
+// FIFO per group holds with any number of concurrent claimers: a message is
+// claimed only when every earlier unfinished message of its group is
+// claimed in the same call. A group whose earlier message is PROCESSING,
+// waiting for a retry (PENDING, not due), or row-locked by a concurrent
+// claim is skipped as a whole. Claims use FOR UPDATE SKIP LOCKED, so
+// claimers never wait for each other.
+//
+// The claim looks for group heads among the oldest pending messages (a
+// window of 4 x Limit, at least 1,000 and at most 20,000). When that window
+// is full and yields fewer than Limit messages (long backlogs behind groups
+// that are blocked), a second statement visits every group with unfinished
+// messages, so no group starves behind blocked ones.
+func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
+	if p.Limit <= 0 || p.Limit > MaxClaimLimit {
+		return nil, outbox.InvalidParam("Limit", "must be between 1 and 10000")
+	}
+	if p.Owner == "" {
+		return nil, outbox.InvalidParam("Owner", "is required")
+	}
+	for _, t := range p.Topics {
+		if t == "" {
+			return nil, outbox.InvalidParam("Topics", "contains an empty topic")
+		}
+	}
+	now := s.at(p.Now)
+	owner := text(p.Owner)
+	budget := min(max(4*p.Limit, 1000), 20000)
+	run := min(s.opts.ClaimGroupRun, p.Limit)
+
+	stmt, fb := s.sql.claimAll, s.sql.claimFallbackAll
+	args := []any{now, owner, p.Limit, budget, run}
+	if len(p.Topics) > 0 {
+		stmt, fb = s.sql.claimTopics, s.sql.claimFallbackTopics
+		args = append(args, p.Topics)
+	}
+	msgs, scanned, maxSeq, err := s.claim(ctx, stmt, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(msgs) < p.Limit && scanned >= int64(budget) {
+		args[2] = p.Limit - len(msgs)
+		args[3] = maxSeq
+		more, _, _, err := s.claim(ctx, fb, args)
+		if err != nil {
+			// The first claim is committed: hand it out rather than leave
+			// it to lease recovery.
+			s.log.WarnContext(ctx, "outboxkit/postgres: fallback claim failed", "err", err)
+		}
+		msgs = append(msgs, more...)
+		sort.Slice(msgs, func(i, j int) bool { return msgs[i].Seq < msgs[j].Seq })
+	}
+	return msgs, nil
+}
+
+func (s *Store) claim(ctx context.Context, stmt string, args []any) ([]outbox.Message, int64, int64, error) {
+	r, err := s.db.Query(ctx, stmt, args...)
+	if err != nil {
+		return nil, 0, 0, wrapErr("claim", err)
+	}
+	defer r.Close()
+	var (
+		msgs            []outbox.Message
+		scanned, maxSeq int64
+	)
+	for r.Next() {
+		var row msgRow
+		if r.RawValues()[2] == nil { // no message claimed: only the window's figures
+			dest := make([]any, 2+len(row.dest()))
+			dest[0], dest[1] = &scanned, &maxSeq
+			if err := r.Scan(dest...); err != nil {
+				return nil, 0, 0, wrapErr("claim", err)
+			}
+			continue
+		}
+		dest := append([]any{&scanned, &maxSeq}, row.dest()...)
+		if err := r.Scan(dest...); err != nil {
+			return nil, 0, 0, wrapErr("claim", err)
+		}
+		m, err := row.message()
+		if err != nil {
+			return nil, 0, 0, wrapErr("claim", err)
+		}
+		msgs = append(msgs, m)
+	}
+	if err := r.Err(); err != nil {
+		return nil, 0, 0, wrapErr("claim", err)
+	}
+	return msgs, scanned, maxSeq, nil
+}

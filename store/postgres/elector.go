@@ -1,0 +1,177 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ElectorOptions configures an Elector. The zero value is valid.
+type ElectorOptions struct {
+	// Name tells independent elections on one outbox apart (one per
+	// processor role). Defaults to "processor".
+	Name string
+	// RetryInterval is how often a follower tries to become leader.
+	// Defaults to 5 s.
+	RetryInterval time.Duration
+	// CheckInterval is how often the leader checks that it still holds its
+	// lock's connection; a failed check ends its leadership at once.
+	// Defaults to 2 s.
+	CheckInterval time.Duration
+}
+
+// Elector elects one leader among the replicas that run it on the same
+// outbox (seed 004's "primary only" mode). The leader holds a session-level
+// PostgreSQL advisory lock on a dedicated connection (see Options.Connect);
+// when its process dies or its connection breaks, PostgreSQL releases the
+// lock and a follower takes over within its RetryInterval.
+//
+//	el := store.Elector(postgres.ElectorOptions{})
+//	err := el.Run(ctx, func(ctx context.Context) {
+//		_ = processor.Run(ctx) // claims only while this replica leads
+//	})
+//
+// Leadership is exclusive as far as PostgreSQL can tell; after a network
+// split the old leader stops within CheckInterval, so for that long two
+// replicas may claim at once. That is safe: the claim keeps FIFO per group
+// with any number of processors; single-active mode is for users who want
+// one active processor, not a correctness requirement.
+type Elector struct {
+	s      *Store
+	opts   ElectorOptions
+	nsKey  int32
+	key    int32
+	leader atomic.Bool
+}
+
+// Elector returns an Elector for this store's outbox.
+func (s *Store) Elector(opts ElectorOptions) *Elector {
+	if opts.Name == "" {
+		opts.Name = "processor"
+	}
+	if opts.RetryInterval <= 0 {
+		opts.RetryInterval = 5 * time.Second
+	}
+	if opts.CheckInterval <= 0 {
+		opts.CheckInterval = 2 * time.Second
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(opts.Name))
+	return &Elector{s: s, opts: opts, nsKey: ns(s.messages + ":leader"), key: int32(h.Sum32())} //nolint:gosec // a hash
+}
+
+// IsLeader reports whether this Elector holds the leadership now.
+func (e *Elector) IsLeader() bool { return e.leader.Load() }
+
+// Run campaigns until ctx ends. Each time this replica becomes leader it
+// calls lead with a context that is cancelled when leadership ends (ctx
+// ended or the lock's connection failed), waits for lead to return, and
+// releases the lock; if lead returns on its own, Run releases the lock and
+// campaigns again. A nil lead just holds the leadership while it lasts, for
+// use with outbox.Config.Leader:
+//
+//	el := store.Elector(postgres.ElectorOptions{})
+//	go el.Run(ctx, nil)
+//	p, err := outbox.NewProcessor(store, pub, outbox.Config{Leader: el})
+//
+// Run returns nil when ctx ends, or an error when the store cannot open a
+// dedicated connection at all.
+func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error {
+	if lead == nil {
+		lead = func(ctx context.Context) { <-ctx.Done() }
+	}
+	for ctx.Err() == nil {
+		conn, err := e.s.dedicated(ctx)
+		if errors.Is(err, errNoDedicated) {
+			return err
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				e.s.log.WarnContext(ctx, "outboxkit/postgres: elector cannot connect", "err", err)
+			}
+			if !sleepCtx(ctx, e.opts.RetryInterval) {
+				return nil
+			}
+			continue
+		}
+		e.campaign(ctx, conn, lead)
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = conn.Close(closeCtx)
+		cancel()
+		if ctx.Err() == nil && !sleepCtx(ctx, e.opts.RetryInterval) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// campaign uses conn until it fails or ctx ends.
+func (e *Elector) campaign(ctx context.Context, conn *pgx.Conn, lead func(ctx context.Context)) {
+	for ctx.Err() == nil {
+		var got bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1::int4, $2::int4)`, e.nsKey, e.key).Scan(&got); err != nil {
+			if ctx.Err() == nil {
+				e.s.log.WarnContext(ctx, "outboxkit/postgres: elector lost its connection", "err", err)
+			}
+			return
+		}
+		if !got {
+			if !sleepCtx(ctx, e.opts.RetryInterval) {
+				return
+			}
+			continue
+		}
+		healthy := e.lead(ctx, conn, lead)
+		if !healthy {
+			return
+		}
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_, err := conn.Exec(uctx, `SELECT pg_advisory_unlock($1::int4, $2::int4)`, e.nsKey, e.key)
+		cancel()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// lead runs the leader's term; it reports whether conn is still healthy.
+func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, lead func(ctx context.Context)) bool {
+	e.leader.Store(true)
+	e.s.log.InfoContext(ctx, "outboxkit/postgres: became leader", "election", e.opts.Name)
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lead(lctx)
+	}()
+	tick := time.NewTicker(e.opts.CheckInterval)
+	defer tick.Stop()
+	healthy := true
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-done:
+			break loop
+		case <-tick.C:
+			pctx, pcancel := context.WithTimeout(ctx, e.opts.CheckInterval)
+			err := conn.Ping(pctx)
+			pcancel()
+			if err != nil && ctx.Err() == nil {
+				e.s.log.WarnContext(ctx, "outboxkit/postgres: leader lost its lock's connection, stepping down", "err", err)
+				healthy = false
+				break loop
+			}
+		}
+	}
+	e.leader.Store(false)
+	cancel()
+	<-done
+	e.s.log.InfoContext(context.WithoutCancel(ctx), "outboxkit/postgres: stepped down", "election", e.opts.Name)
+	return healthy && ctx.Err() == nil
+}

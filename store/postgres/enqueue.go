@@ -1,0 +1,245 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// rows is the part of pgx.Rows and *sql.Rows the enqueue path uses.
+type rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+type queryFunc func(ctx context.Context, sql string, args ...any) (rows, error)
+
+func pgxQuery(q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+},
+) queryFunc {
+	return func(ctx context.Context, sql string, args ...any) (rows, error) {
+		r, err := q.Query(ctx, sql, args...)
+		if err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
+}
+
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { _ = r.Rows.Close() }
+
+func sqlQuery(tx *sql.Tx) queryFunc {
+	return func(ctx context.Context, q string, args ...any) (rows, error) {
+		r, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, err
+		}
+		return sqlRows{r}, nil
+	}
+}
+
+// MessageEnqueue inserts p.Messages in a transaction of its own and commits
+// it. See MessageEnqueueTx.
+func (s *Store) MessageEnqueue(ctx context.Context, p outbox.MessageEnqueueParams) ([]outbox.Enqueued, error) {
+	msgs, err := s.prepare(p)
+	if err != nil || len(msgs) == 0 {
+		return nil, err
+	}
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return nil, wrapErr("enqueue: begin", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	res, err := s.enqueue(ctx, pgxQuery(tx), msgs)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, wrapErr("enqueue: commit", err)
+	}
+	return res, nil
+}
+
+// MessageEnqueueTx inserts p.Messages in the caller's transaction tx: they
+// exist, and are published, if and only if tx commits. All messages go in
+// one statement (one round trip). Invalid messages are refused with an
+// error matching outbox.ErrInvalidInput before any statement runs, so tx
+// stays usable. A message whose (Tenant, IdempotencyKey) is already stored
+// (or earlier in the same call) is not inserted: its result holds the stored
+// message with Existed = true, and tx stays usable.
+//
+// Enqueueing into an ordered group (Group != "") takes a transaction-level
+// lock on that group: a second transaction enqueueing into the same group
+// waits until the first commits or rolls back, which is what makes a
+// group's publication order its commit order. Keep transactions short after
+// enqueueing into a group, and when one transaction enqueues into several
+// groups in several calls, do it in a consistent order (PostgreSQL breaks a
+// deadlock by aborting one of the transactions).
+func (s *Store) MessageEnqueueTx(ctx context.Context, tx pgx.Tx, p outbox.MessageEnqueueParams) ([]outbox.Enqueued, error) {
+	if tx == nil {
+		return nil, outbox.InvalidParam("tx", "is nil")
+	}
+	msgs, err := s.prepare(p)
+	if err != nil || len(msgs) == 0 {
+		return nil, err
+	}
+	return s.enqueue(ctx, pgxQuery(tx), msgs)
+}
+
+// SQL returns the enqueuer for database/sql transactions opened on the same
+// database through the pgx stdlib driver (github.com/jackc/pgx/v5/stdlib):
+//
+//	ob := outbox.New[*sql.Tx](store.SQL(), outbox.Options{})
+//	tx, _ := sqlDB.BeginTx(ctx, nil)
+//	_, err := ob.EnqueueTx(ctx, tx, msg)
+func (s *Store) SQL() *SQLEnqueuer { return &SQLEnqueuer{s: s} }
+
+// SQLEnqueuer is the outbox.Enqueuer[*sql.Tx] of a Store. Its
+// MessageEnqueue uses the Store's own DB.
+type SQLEnqueuer struct{ s *Store }
+
+var _ outbox.Enqueuer[*sql.Tx] = (*SQLEnqueuer)(nil)
+
+// MessageEnqueue inserts p.Messages in a transaction of its own, on the
+// Store's DB.
+func (e *SQLEnqueuer) MessageEnqueue(ctx context.Context, p outbox.MessageEnqueueParams) ([]outbox.Enqueued, error) {
+	return e.s.MessageEnqueue(ctx, p)
+}
+
+// MessageEnqueueTx inserts p.Messages in the caller's database/sql
+// transaction, with the same guarantees as Store.MessageEnqueueTx.
+func (e *SQLEnqueuer) MessageEnqueueTx(ctx context.Context, tx *sql.Tx, p outbox.MessageEnqueueParams) ([]outbox.Enqueued, error) {
+	if tx == nil {
+		return nil, outbox.InvalidParam("tx", "is nil")
+	}
+	msgs, err := e.s.prepare(p)
+	if err != nil || len(msgs) == 0 {
+		return nil, err
+	}
+	return e.s.enqueue(ctx, sqlQuery(tx), msgs)
+}
+
+// prepare validates and completes copies of the messages (the core's
+// Outbox already did; a direct caller may not have).
+func (s *Store) prepare(p outbox.MessageEnqueueParams) ([]outbox.Message, error) {
+	now := s.at(p.Now)
+	out := make([]outbox.Message, len(p.Messages))
+	ids := make(map[string]int, len(p.Messages))
+	for i := range p.Messages {
+		m := p.Messages[i]
+		if err := outbox.PrepareMessage(&m, now); err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		m.NextAttemptAt = m.NextAttemptAt.Truncate(time.Microsecond)
+		if j, dup := ids[m.ID]; dup {
+			return nil, fmt.Errorf("message %d: %w", i, outbox.InvalidParam("ID", fmt.Sprintf("repeats the ID of message %d", j)))
+		}
+		ids[m.ID] = i
+		out[i] = m
+	}
+	return out, nil
+}
+
+type tenantKey struct{ tenant, key string }
+
+func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Message) ([]outbox.Enqueued, error) {
+	n := len(msgs)
+	var (
+		ids, tenants, topics, groups, keys, payloads = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		headers                                      = make([]*string, n)
+		maxAttempts                                  = make([]int32, n)
+		next                                         = make([]time.Time, n)
+	)
+	for i := range msgs {
+		m := &msgs[i]
+		ids[i], tenants[i], topics[i], groups[i], keys[i] = m.ID, m.Tenant, m.Topic, m.Group, m.IdempotencyKey
+		payloads[i] = string(m.Payload)
+		if len(m.Headers) > 0 {
+			b, err := json.Marshal(m.Headers)
+			if err != nil {
+				return nil, fmt.Errorf("message %d: %w", i, outbox.InvalidParam("Headers", err.Error()))
+			}
+			h := string(b)
+			headers[i] = &h
+		}
+		maxAttempts[i] = int32(m.MaxAttempts) //nolint:gosec // validated <= MaxAttemptsLimit
+		next[i] = m.NextAttemptAt
+	}
+	stmt, args := s.sql.enqueue, []any{ids, tenants, topics, groups, keys, payloads, headers, maxAttempts, next, msgs[0].CreatedAt, s.groupNS, s.channel}
+	if s.opts.DisableNotify {
+		stmt, args = s.sql.enqueueNoNotify, args[:11]
+	}
+	r, err := query(ctx, stmt, args...)
+	if err != nil {
+		return nil, wrapErr("enqueue", err)
+	}
+	seqs := make(map[string]int64, n)
+	for r.Next() {
+		var id string
+		var seq int64
+		if err := r.Scan(&id, &seq); err != nil {
+			r.Close()
+			return nil, wrapErr("enqueue", err)
+		}
+		seqs[id] = seq
+	}
+	r.Close()
+	if err := r.Err(); err != nil {
+		return nil, wrapErr("enqueue", err)
+	}
+
+	out := make([]outbox.Enqueued, n)
+	var missT, missK []string
+	for i := range msgs {
+		if seq, ok := seqs[msgs[i].ID]; ok {
+			m := msgs[i]
+			m.Seq = seq
+			out[i] = outbox.Enqueued{Message: m}
+			continue
+		}
+		missT, missK = append(missT, msgs[i].Tenant), append(missK, msgs[i].IdempotencyKey)
+	}
+	if len(missT) == 0 {
+		return out, nil
+	}
+	// Not inserted: the (tenant, key) exists already, or the ID does.
+	r, err = query(ctx, s.sql.existing, missT, missK)
+	if err != nil {
+		return nil, wrapErr("enqueue: existing", err)
+	}
+	found := make(map[tenantKey]outbox.Message, len(missT))
+	for r.Next() {
+		m, err := scanMessage(r)
+		if err != nil {
+			r.Close()
+			return nil, wrapErr("enqueue: existing", err)
+		}
+		found[tenantKey{m.Tenant, m.IdempotencyKey}] = m
+	}
+	r.Close()
+	if err := r.Err(); err != nil {
+		return nil, wrapErr("enqueue: existing", err)
+	}
+	for i := range msgs {
+		if _, ok := seqs[msgs[i].ID]; ok {
+			continue
+		}
+		m, ok := found[tenantKey{msgs[i].Tenant, msgs[i].IdempotencyKey}]
+		if !ok {
+			return nil, fmt.Errorf("message %d: %w", i, outbox.InvalidParam("ID", "is already used by another message"))
+		}
+		out[i] = outbox.Enqueued{Message: m, Existed: true}
+	}
+	return out, nil
+}

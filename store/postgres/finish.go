@@ -1,0 +1,189 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// MessageFinish records a batch of outcomes of one owner in one statement:
+// one UPDATE ... FROM unnest(...) per kind plus the attempt rows, atomically.
+// Each outcome applies only while the lease holds (status PROCESSING,
+// ClaimedBy = p.Owner, Attempts = the outcome's Attempt); the IDs of the
+// others are returned in LeaseLost. Released messages go back to PENDING
+// without counting the attempt and wake the other processors.
+func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
+	if p.Owner == "" {
+		return outbox.FinishResult{}, outbox.InvalidParam("Owner", "is required")
+	}
+	total := len(p.Sent) + len(p.Retry) + len(p.Dead) + len(p.Released)
+	if total == 0 {
+		return outbox.FinishResult{}, nil
+	}
+	seen := make(map[string]struct{}, total)
+	check := func(kind string, i int, id string, attempt int) error {
+		if id == "" {
+			return outbox.InvalidParam(fmt.Sprintf("%s[%d].ID", kind, i), "is required")
+		}
+		if attempt < 1 {
+			return outbox.InvalidParam(fmt.Sprintf("%s[%d].Attempt", kind, i), "must be at least 1")
+		}
+		if _, dup := seen[id]; dup {
+			return outbox.InvalidParam(fmt.Sprintf("%s[%d].ID", kind, i), "has more than one outcome in this call")
+		}
+		seen[id] = struct{}{}
+		return nil
+	}
+	now := s.at(p.Now)
+
+	var (
+		sID, sPMID []string
+		sResp      []*string
+		sAtt       []int32
+		sStart     []*time.Time
+	)
+	for i, o := range p.Sent {
+		if err := check("Sent", i, o.ID, o.Attempt); err != nil {
+			return outbox.FinishResult{}, err
+		}
+		sID, sAtt = append(sID, o.ID), append(sAtt, int32(o.Attempt)) //nolint:gosec // attempts are small
+		sPMID = append(sPMID, text(o.ProviderMessageID))
+		sResp, sStart = append(sResp, jsonText(o.ProviderResponse)), append(sStart, nullTime(o.StartedAt))
+	}
+	var (
+		rID             []string
+		rCode, rMsg     []*string
+		rResp           []*string
+		rAtt            []int32
+		rNext           []time.Time
+		rStart          []*time.Time
+		dID             []string
+		dCode, dMsg     []*string
+		dResp           []*string
+		dAtt            []int32
+		dStart          []*time.Time
+		lID             []string
+		lAtt            []int32
+		code, msg       = func(e outbox.ErrorInfo) *string { return nullText(e.Code) }, func(e outbox.ErrorInfo) *string { return nullText(e.Message) }
+		emptyPMIDtoNull = func(ss []string) []*string {
+			out := make([]*string, len(ss))
+			for i := range ss {
+				out[i] = nullText(ss[i])
+			}
+			return out
+		}
+	)
+	for i, o := range p.Retry {
+		if err := check("Retry", i, o.ID, o.Attempt); err != nil {
+			return outbox.FinishResult{}, err
+		}
+		next := o.NextAttemptAt
+		if next.IsZero() {
+			next = now
+		}
+		rID, rAtt = append(rID, o.ID), append(rAtt, int32(o.Attempt)) //nolint:gosec // attempts are small
+		rNext = append(rNext, next.UTC().Truncate(time.Microsecond))
+		rCode, rMsg = append(rCode, code(o.Error)), append(rMsg, msg(o.Error))
+		rResp, rStart = append(rResp, jsonText(o.ProviderResponse)), append(rStart, nullTime(o.StartedAt))
+	}
+	for i, o := range p.Dead {
+		if err := check("Dead", i, o.ID, o.Attempt); err != nil {
+			return outbox.FinishResult{}, err
+		}
+		dID, dAtt = append(dID, o.ID), append(dAtt, int32(o.Attempt)) //nolint:gosec // attempts are small
+		dCode, dMsg = append(dCode, code(o.Error)), append(dMsg, msg(o.Error))
+		dResp, dStart = append(dResp, jsonText(o.ProviderResponse)), append(dStart, nullTime(o.StartedAt))
+	}
+	for i, o := range p.Released {
+		if err := check("Released", i, o.ID, o.Attempt); err != nil {
+			return outbox.FinishResult{}, err
+		}
+		lID, lAtt = append(lID, o.ID), append(lAtt, int32(o.Attempt)) //nolint:gosec // attempts are small
+	}
+	channel := s.channel
+	if s.opts.DisableNotify {
+		channel = ""
+	}
+	r, err := s.db.Query(ctx, s.sql.finish, now, text(p.Owner),
+		nonNil(sID), nonNil(sAtt), emptyPMIDtoNull(sPMID), nonNil(sResp), nonNil(sStart),
+		nonNil(rID), nonNil(rAtt), nonNil(rNext), nonNil(rCode), nonNil(rMsg), nonNil(rResp), nonNil(rStart),
+		nonNil(dID), nonNil(dAtt), nonNil(dCode), nonNil(dMsg), nonNil(dResp), nonNil(dStart),
+		nonNil(lID), nonNil(lAtt), channel)
+	if err != nil {
+		return outbox.FinishResult{}, wrapErr("finish", err)
+	}
+	applied := make(map[string]struct{}, total)
+	for r.Next() {
+		var id string
+		if err := r.Scan(&id); err != nil {
+			r.Close()
+			return outbox.FinishResult{}, wrapErr("finish", err)
+		}
+		applied[id] = struct{}{}
+	}
+	r.Close()
+	if err := r.Err(); err != nil {
+		return outbox.FinishResult{}, wrapErr("finish", err)
+	}
+	var res outbox.FinishResult
+	if len(applied) < total {
+		add := func(id string) {
+			if _, ok := applied[id]; !ok {
+				res.LeaseLost = append(res.LeaseLost, id)
+			}
+		}
+		for _, o := range p.Sent {
+			add(o.ID)
+		}
+		for _, o := range p.Retry {
+			add(o.ID)
+		}
+		for _, o := range p.Dead {
+			add(o.ID)
+		}
+		for _, o := range p.Released {
+			add(o.ID)
+		}
+	}
+	return res, nil
+}
+
+// nonNil turns a nil slice into an empty one (an empty array, not NULL).
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// MessageRecover puts back to PENDING the PROCESSING messages claimed before
+// p.ClaimedBefore (their processor died or lost its lease), or dead-letters
+// those that used all their attempts, and records a "lease_expired" attempt
+// for each. It works in chunks of 10,000 rows per statement, skipping rows a
+// concurrent outcome is writing.
+func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
+	if p.ClaimedBefore.IsZero() {
+		return outbox.RecoverResult{}, outbox.InvalidParam("ClaimedBefore", "is required")
+	}
+	maxAttempts := p.MaxAttempts
+	if maxAttempts <= 0 {
+		maxAttempts = outbox.DefaultMaxAttempts
+	}
+	now := s.at(p.Now)
+	before := p.ClaimedBefore.UTC().Truncate(time.Microsecond)
+	const chunk = 10000
+	var res outbox.RecoverResult
+	for {
+		var rec, dead int
+		if err := s.db.QueryRow(ctx, s.sql.recover, before, now, maxAttempts, chunk).Scan(&rec, &dead); err != nil {
+			return res, wrapErr("recover", err)
+		}
+		res.Recovered += rec
+		res.DeadLettered += dead
+		if rec+dead < chunk {
+			return res, nil
+		}
+	}
+}

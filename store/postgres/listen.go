@@ -1,0 +1,184 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Listener timings; variables so tests can shorten them.
+var (
+	// listenSelfTestTimeout bounds the wait for the listener's own test
+	// notification. A transaction-mode pooler (PgBouncer) accepts LISTEN
+	// but never delivers: the self-test times out and the store polls.
+	listenSelfTestTimeout = 3 * time.Second
+	// listenHealthInterval is how long the listener waits for a
+	// notification before it pings its connection.
+	listenHealthInterval = 15 * time.Second
+	// listenRetryMin and listenRetryMax bound the reconnect backoff.
+	listenRetryMin = 100 * time.Millisecond
+	listenRetryMax = 10 * time.Second
+	// listenNoDeliveryRetry is how long the listener waits before it tries
+	// again after its self-test failed.
+	listenNoDeliveryRetry = 5 * time.Minute
+)
+
+var errNoDelivery = errors.New("LISTEN was accepted but the test notification never arrived (a transaction-mode pooler such as PgBouncer?)")
+
+// Wakeups implements outbox.Waker: the returned channel receives a value
+// soon after a transaction that enqueued (or a requeue or release) commits,
+// through LISTEN/NOTIFY on a dedicated connection (see Options.Connect).
+// Bursts are coalesced (the channel holds at most one value). The channel
+// is closed when ctx ends.
+//
+// The listener checks at start that notifications really arrive; when they
+// do not (a transaction-mode pooler between the application and
+// PostgreSQL) or no dedicated connection can be had, it logs one line and
+// the processor keeps working on its poll interval. A lost connection is
+// re-established with backoff, and a wake-up is sent after each reconnect
+// so nothing committed in between waits for the next poll.
+func (s *Store) Wakeups(ctx context.Context) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	go s.listenLoop(ctx, ch)
+	return ch
+}
+
+func wake(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (s *Store) listenLoop(ctx context.Context, ch chan struct{}) {
+	defer close(ch)
+	if s.opts.DisableNotify {
+		s.log.InfoContext(ctx, "outboxkit/postgres: notifications are disabled (Options.DisableNotify): polling only")
+		<-ctx.Done()
+		return
+	}
+	backoff := listenRetryMin
+	connected := false
+	for ctx.Err() == nil {
+		conn, err := s.dedicated(ctx)
+		if errors.Is(err, errNoDedicated) {
+			s.log.WarnContext(ctx, "outboxkit/postgres: no dedicated connection for LISTEN (DB is not a *pgxpool.Pool and Options.Connect is nil): polling only")
+			<-ctx.Done()
+			return
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.WarnContext(ctx, "outboxkit/postgres: listener cannot connect, polling until it can", "err", err, "retry_in", backoff)
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			backoff = min(backoff*2, listenRetryMax)
+			continue
+		}
+		err = s.listenOn(ctx, conn, ch, func() {
+			backoff = listenRetryMin
+			if connected {
+				s.log.InfoContext(ctx, "outboxkit/postgres: listener reconnected")
+			}
+			connected = true
+		})
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = conn.Close(closeCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errNoDelivery) {
+			s.log.WarnContext(ctx, "outboxkit/postgres: notifications do not arrive, polling only", "reason", err.Error(), "retry_in", listenNoDeliveryRetry)
+			if !sleepCtx(ctx, listenNoDeliveryRetry) {
+				return
+			}
+			continue
+		}
+		s.log.WarnContext(ctx, "outboxkit/postgres: listener lost its connection, polling until it reconnects", "err", err, "retry_in", backoff)
+		wake(ch)
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(backoff*2, listenRetryMax)
+	}
+}
+
+// listenOn LISTENs on conn, checks delivery, then forwards notifications to
+// ch until ctx ends or the connection fails.
+func (s *Store) listenOn(ctx context.Context, conn *pgx.Conn, ch chan struct{}, up func()) error {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+		return err
+	}
+	// Self-test: a notification sent through the DB (another connection)
+	// must reach this one.
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
+	token := "outboxkit-selftest-" + hex.EncodeToString(nonce[:])
+	if _, err := s.db.Exec(ctx, `SELECT pg_notify($1, $2)`, s.channel, token); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(listenSelfTestTimeout)
+	for {
+		wctx, cancel := context.WithDeadline(ctx, deadline)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if time.Now().After(deadline) {
+				return errNoDelivery
+			}
+			return err
+		}
+		if n.Payload == token {
+			break
+		}
+		wake(ch) // a real notification arrived first
+	}
+	up()
+	wake(ch) // anything committed while we were not listening
+	for {
+		wctx, cancel := context.WithTimeout(ctx, listenHealthInterval)
+		_, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			wake(ch)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, context.DeadlineExceeded) || pgconnTimeout(err):
+			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+			perr := conn.Ping(pctx)
+			pcancel()
+			if perr != nil {
+				return perr
+			}
+		default:
+			return err
+		}
+	}
+}
+
+func pgconnTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}

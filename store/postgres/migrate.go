@@ -1,0 +1,184 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Migration is one versioned schema change, rendered for the store's schema
+// and table prefix. Users with their own migration tool can apply Up and
+// Down themselves instead of calling Migrate.
+type Migration struct {
+	Version int
+	Name    string
+	Up      string
+	Down    string
+}
+
+// Migrations returns every migration of this version of the package, oldest
+// first, rendered for the store's schema and table prefix.
+func (s *Store) Migrations() []Migration {
+	ents, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		panic("postgres: embedded migrations: " + err.Error()) // build-time content; cannot fail
+	}
+	byVersion := map[int]*Migration{}
+	render := strings.NewReplacer("{{schema}}", s.schema, "{{prefix}}", s.prefix)
+	for _, e := range ents {
+		name := e.Name() // NNN_name.up.sql / NNN_name.down.sql
+		base, dir, ok := cutDirection(name)
+		if !ok {
+			continue
+		}
+		num, rest, _ := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if err != nil {
+			continue
+		}
+		b, _ := migrationFS.ReadFile("migrations/" + name)
+		m := byVersion[v]
+		if m == nil {
+			m = &Migration{Version: v, Name: rest}
+			byVersion[v] = m
+		}
+		if dir == "up" {
+			m.Up = render.Replace(string(b))
+		} else {
+			m.Down = render.Replace(string(b))
+		}
+	}
+	out := make([]Migration, 0, len(byVersion))
+	for _, m := range byVersion {
+		out = append(out, *m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out
+}
+
+func cutDirection(name string) (base, dir string, ok bool) {
+	if b, found := strings.CutSuffix(name, ".up.sql"); found {
+		return b, "up", true
+	}
+	if b, found := strings.CutSuffix(name, ".down.sql"); found {
+		return b, "down", true
+	}
+	return "", "", false
+}
+
+// Migrate brings the schema up to the latest version: it creates the schema
+// if needed and applies the missing migrations in one transaction. It is
+// idempotent and safe when several replicas call it at once: they serialise
+// on an advisory lock and the later ones find nothing to do.
+func (s *Store) Migrate(ctx context.Context) error {
+	migs := s.Migrations()
+	return s.migrate(ctx, migs[len(migs)-1].Version)
+}
+
+// MigrateTo moves the schema to version target: up when it is behind, down
+// (running the Down scripts, newest first) when it is ahead. Version 0
+// removes every table, including the migrations table; the schema itself is
+// left in place.
+func (s *Store) MigrateTo(ctx context.Context, target int) error {
+	if target < 0 {
+		return fmt.Errorf("postgres: migrate: version %d is negative", target)
+	}
+	return s.migrate(ctx, target)
+}
+
+// MigrateDown removes the whole schema of the store (MigrateTo 0).
+func (s *Store) MigrateDown(ctx context.Context) error { return s.MigrateTo(ctx, 0) }
+
+// SchemaVersion returns the latest applied migration, 0 when none.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var exists bool
+	if err := s.db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.migrations).Scan(&exists); err != nil {
+		return 0, wrapErr("schema version", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int
+	if err := s.db.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+s.migrations).Scan(&v); err != nil {
+		return 0, wrapErr("schema version", err)
+	}
+	return v, nil
+}
+
+func (s *Store) migrate(ctx context.Context, target int) error {
+	migs := s.Migrations()
+	if target > migs[len(migs)-1].Version {
+		return fmt.Errorf("postgres: migrate: version %d is newer than this package knows (%d)", target, migs[len(migs)-1].Version)
+	}
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return wrapErr("migrate: begin", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, $2::int4)`, s.adminNS, lockMigrate); err != nil {
+		return wrapErr("migrate: lock", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+s.schema); err != nil {
+		return wrapErr("migrate: create schema", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.migrations+` (
+	version    integer     PRIMARY KEY,
+	name       text        NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT now()
+)`); err != nil {
+		return wrapErr("migrate: migrations table", err)
+	}
+	applied := map[int]bool{}
+	rows, err := tx.Query(ctx, `SELECT version FROM `+s.migrations)
+	if err != nil {
+		return wrapErr("migrate: read versions", err)
+	}
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return wrapErr("migrate: read versions", err)
+	}
+	for _, v := range vs {
+		applied[v] = true
+	}
+	for _, m := range migs { // up
+		if m.Version > target || applied[m.Version] {
+			continue
+		}
+		if _, err := tx.Exec(ctx, m.Up); err != nil {
+			return wrapErr(fmt.Sprintf("migrate: up %03d_%s", m.Version, m.Name), err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+s.migrations+` (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+			return wrapErr("migrate: record version", err)
+		}
+	}
+	for i := len(migs) - 1; i >= 0; i-- { // down
+		m := migs[i]
+		if m.Version <= target || !applied[m.Version] {
+			continue
+		}
+		if _, err := tx.Exec(ctx, m.Down); err != nil {
+			return wrapErr(fmt.Sprintf("migrate: down %03d_%s", m.Version, m.Name), err)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM `+s.migrations+` WHERE version = $1`, m.Version); err != nil {
+			return wrapErr("migrate: record version", err)
+		}
+	}
+	if target == 0 {
+		if _, err := tx.Exec(ctx, `DROP TABLE `+s.migrations); err != nil {
+			return wrapErr("migrate: drop migrations table", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return wrapErr("migrate: commit", err)
+	}
+	return nil
+}

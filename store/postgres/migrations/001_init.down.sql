@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS {{schema}}.{{prefix}}attempts;
+DROP TABLE IF EXISTS {{schema}}.{{prefix}}messages;

@@ -1,0 +1,437 @@
+package postgres
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// sqlText holds every statement, rendered once for the store's tables.
+type sqlText struct {
+	enqueue, enqueueNoNotify string
+	existing                 string
+
+	claimAll, claimTopics                 string
+	claimFallbackAll, claimFallbackTopics string
+
+	finish  string
+	recover string
+
+	get, list, count, countAll string
+	attempts                   string
+	cancel, requeue            string
+	statusOf                   string
+	receiptLock, receiptUpdate string
+	prune                      string
+}
+
+// msgCols is the column list scanned by scanMessage, in order.
+const msgCols = `id, seq, tenant, topic, grp, idempotency_key, status, attempts, max_attempts,
+	next_attempt_at, created_at, updated_at, claimed_at, claimed_by, provider_message_id,
+	last_error_code, last_error_message, sent_at, delivered_at, read_at, headers, payload`
+
+func prefixed(alias string) string {
+	cols := strings.Split(msgCols, ",")
+	for i, c := range cols {
+		cols[i] = alias + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
+}
+
+func buildSQL(s *Store) sqlText {
+	r := strings.NewReplacer("{T}", s.messages, "{A}", s.attempts, "{COLS}", msgCols, "{MCOLS}", prefixed("m"), "{UCOLS}", prefixed("u"))
+	q := func(sql string) string { return r.Replace(sql) }
+
+	enqueue := func(notify bool) string {
+		notifyCTE, notifyJoin := "", ""
+		if notify {
+			notifyCTE = `, notified AS (
+	SELECT count(pg_notify($12, '')) AS n FROM (SELECT 1 FROM ins LIMIT 1) x
+)`
+			notifyJoin = " CROSS JOIN notified"
+		}
+		return q(`WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int4[], $9::timestamptz[])
+		WITH ORDINALITY AS u(id, tenant, topic, grp, ikey, payload, headers, max_attempts, next_attempt_at, ord)
+), locks AS MATERIALIZED (
+	-- Serialise the enqueues of each group until commit, taken before any
+	-- sequence number is drawn, in key order (no deadlock inside a batch).
+	-- A group's commit order is therefore its sequence order.
+	SELECT count(*) AS n FROM (
+		SELECT pg_advisory_xact_lock($11::int4, k) FROM (
+			SELECT DISTINCT hashtext(tenant || chr(31) || topic || chr(31) || grp) AS k
+			FROM input WHERE grp <> '' ORDER BY 1
+		) keys
+	) taken
+), ins AS (
+	INSERT INTO {T} (id, tenant, topic, grp, idempotency_key, status, attempts, max_attempts,
+		next_attempt_at, created_at, updated_at, headers, payload)
+	SELECT i.id, i.tenant, i.topic, i.grp, i.ikey, 'PENDING', 0, i.max_attempts,
+		i.next_attempt_at, $10, $10, i.headers::jsonb, i.payload::json
+	FROM input i CROSS JOIN locks l
+	WHERE l.n >= 0
+	ORDER BY i.ord
+	ON CONFLICT DO NOTHING
+	RETURNING id, seq
+)` + notifyCTE + `
+SELECT ins.id, ins.seq FROM ins` + notifyJoin)
+	}
+
+	// The claim. win: the first $4 pending ordered messages by sequence.
+	// heads: those that are due and first among their group's unfinished
+	// messages. runs: from each head, the consecutive due PENDING messages
+	// of its group (at most $5), with their position in the run. free: due
+	// unordered messages. cand: the oldest $3 of both. locked: those still
+	// PENDING and due in their newest version (FOR UPDATE re-checks a row
+	// another claimer changed since this statement's snapshot) and not
+	// row-locked by another claimer. valid: a run's message is kept only if
+	// every message before it in the run was locked too, so a message is
+	// never claimed while an earlier one of its group is held by someone
+	// else. The final row carries the window's size and last sequence so the
+	// caller knows whether to look past it.
+	claimTail := func(topicFilter string) string {
+		return `
+runs AS MATERIALIZED (
+	SELECT r.id, r.pos, h.seq AS rank_seq, r.seq
+	FROM heads h CROSS JOIN LATERAL (
+		SELECT x.id, x.seq, x.pos FROM (
+			SELECT m.id, m.seq,
+				row_number() OVER (ORDER BY m.seq) AS pos,
+				bool_and(m.status = 'PENDING' AND m.next_attempt_at <= $1) OVER (ORDER BY m.seq) AS ok
+			FROM {T} m
+			WHERE m.tenant = h.tenant AND m.topic = h.topic AND m.grp = h.grp
+				AND m.status IN ('PENDING', 'PROCESSING') AND m.grp <> '' AND m.seq >= h.seq
+			ORDER BY m.seq
+			LIMIT $5
+		) x
+		WHERE x.ok
+	) r
+	LIMIT $3
+), free AS MATERIALIZED (
+	SELECT id, 1::bigint AS pos, seq AS rank_seq, seq FROM {T}
+	WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= $1` + topicFilter + `
+	ORDER BY next_attempt_at
+	LIMIT $3
+), cand AS MATERIALIZED (
+	SELECT c.id, c.pos FROM (SELECT * FROM runs UNION ALL SELECT * FROM free) c
+	ORDER BY c.rank_seq, c.seq
+	LIMIT $3
+), locked AS MATERIALIZED (
+	SELECT m.id, m.tenant, m.topic, m.grp, m.seq, c.pos
+	FROM {T} m JOIN cand c ON c.id = m.id
+	WHERE m.status = 'PENDING' AND m.next_attempt_at <= $1
+	FOR UPDATE OF m SKIP LOCKED
+), valid AS (
+	SELECT v.id FROM (
+		SELECT l.id, l.grp, l.pos,
+			row_number() OVER (PARTITION BY l.tenant, l.topic, l.grp ORDER BY l.seq) AS rk
+		FROM locked l
+	) v
+	WHERE v.grp = '' OR v.rk = v.pos
+), upd AS (
+	UPDATE {T} m SET status = 'PROCESSING', attempts = m.attempts + 1,
+		claimed_at = $1, claimed_by = $2, updated_at = $1
+	FROM valid v
+	WHERE m.id = v.id AND m.status = 'PENDING'
+	RETURNING {MCOLS}
+)`
+	}
+	claim := func(topics bool) string {
+		tf := ""
+		if topics {
+			tf = " AND topic = ANY($6::text[])"
+		}
+		return q(`WITH win AS MATERIALIZED (
+	SELECT id, tenant, topic, grp, seq, next_attempt_at FROM {T}
+	WHERE status = 'PENDING' AND grp <> ''` + tf + `
+	ORDER BY seq
+	LIMIT $4
+), heads AS MATERIALIZED (
+	SELECT w.tenant, w.topic, w.grp, w.seq FROM win w
+	WHERE w.next_attempt_at <= $1
+		AND NOT EXISTS (
+			SELECT 1 FROM {T} b
+			WHERE b.tenant = w.tenant AND b.topic = w.topic AND b.grp = w.grp
+				AND b.status IN ('PENDING', 'PROCESSING') AND b.grp <> '' AND b.seq < w.seq
+		)
+	ORDER BY w.seq
+	LIMIT $3
+),` + claimTail(tf) + `
+SELECT s.scanned, s.maxseq, {UCOLS}
+FROM (SELECT count(*) AS scanned, coalesce(max(seq), 0) AS maxseq FROM win) s
+LEFT JOIN upd u ON true
+ORDER BY u.seq`)
+	}
+	// The fallback claim, used when the window was full of blocked groups:
+	// a loose index scan visits every group with unfinished messages (one
+	// index descent each) and takes the heads past the window.
+	claimFallback := func(topics bool) string {
+		tf, tfh := "", ""
+		if topics {
+			tf = " AND topic = ANY($6::text[])"
+			tfh = " AND g.topic = ANY($6::text[])"
+		}
+		return q(`WITH RECURSIVE groups AS (
+	(SELECT m.tenant, m.topic, m.grp, m.seq, m.status, m.next_attempt_at FROM {T} m
+	WHERE m.status IN ('PENDING', 'PROCESSING') AND m.grp <> ''
+	ORDER BY m.tenant, m.topic, m.grp, m.seq
+	LIMIT 1)
+	UNION ALL
+	SELECT n.tenant, n.topic, n.grp, n.seq, n.status, n.next_attempt_at
+	FROM groups g CROSS JOIN LATERAL (
+		SELECT m.tenant, m.topic, m.grp, m.seq, m.status, m.next_attempt_at FROM {T} m
+		WHERE m.status IN ('PENDING', 'PROCESSING') AND m.grp <> ''
+			AND (m.tenant, m.topic, m.grp) > (g.tenant, g.topic, g.grp)
+		ORDER BY m.tenant, m.topic, m.grp, m.seq
+		LIMIT 1
+	) n
+), heads AS MATERIALIZED (
+	SELECT g.tenant, g.topic, g.grp, g.seq FROM groups g
+	WHERE g.status = 'PENDING' AND g.next_attempt_at <= $1 AND g.seq > $4` + tfh + `
+	ORDER BY g.seq
+	LIMIT $3
+),` + claimTail(tf) + `
+SELECT 0::bigint AS scanned, 0::bigint AS maxseq, {UCOLS}
+FROM (SELECT 1) s
+LEFT JOIN upd u ON true
+ORDER BY u.seq`)
+	}
+
+	fence := `m.status = 'PROCESSING' AND m.claimed_by = $2 AND m.attempts = x.attempt`
+	finish := q(`WITH s_up AS (
+	UPDATE {T} m SET status = 'SENT', provider_message_id = x.pmid,
+		sent_at = coalesce(m.sent_at, $1), updated_at = $1, claimed_at = NULL, claimed_by = NULL
+	FROM unnest($3::text[], $4::int4[], $5::text[], $6::text[], $7::timestamptz[]) AS x(id, attempt, pmid, resp, started)
+	WHERE m.id = x.id AND ` + fence + `
+	RETURNING m.id, m.tenant, x.attempt, 'SUCCEEDED'::text AS outcome, NULL::text AS code, NULL::text AS msg,
+		x.resp, NULL::timestamptz AS next, x.started
+), r_up AS (
+	UPDATE {T} m SET status = 'PENDING', next_attempt_at = x.next, last_error_code = x.code,
+		last_error_message = x.msg, updated_at = $1, claimed_at = NULL, claimed_by = NULL
+	FROM unnest($8::text[], $9::int4[], $10::timestamptz[], $11::text[], $12::text[], $13::text[], $14::timestamptz[])
+		AS x(id, attempt, next, code, msg, resp, started)
+	WHERE m.id = x.id AND ` + fence + `
+	RETURNING m.id, m.tenant, x.attempt, 'RETRY'::text, x.code, x.msg, x.resp, x.next, x.started
+), d_up AS (
+	UPDATE {T} m SET status = 'FAILED', last_error_code = x.code, last_error_message = x.msg,
+		updated_at = $1, claimed_at = NULL, claimed_by = NULL
+	FROM unnest($15::text[], $16::int4[], $17::text[], $18::text[], $19::text[], $20::timestamptz[])
+		AS x(id, attempt, code, msg, resp, started)
+	WHERE m.id = x.id AND ` + fence + `
+	RETURNING m.id, m.tenant, x.attempt, 'FAILED'::text, x.code, x.msg, x.resp, NULL::timestamptz, x.started
+), l_up AS (
+	UPDATE {T} m SET status = 'PENDING', attempts = m.attempts - 1, updated_at = $1,
+		claimed_at = NULL, claimed_by = NULL
+	FROM unnest($21::text[], $22::int4[]) AS x(id, attempt)
+	WHERE m.id = x.id AND ` + fence + `
+	RETURNING m.id
+), att AS (
+	INSERT INTO {A} (message_id, tenant, number, outcome, error_code, error_message,
+		provider_response, next_attempt_at, started_at, finished_at)
+	SELECT a.id, a.tenant, a.attempt, a.outcome, a.code, a.msg, a.resp::json, a.next, a.started, $1
+	FROM (SELECT * FROM s_up UNION ALL SELECT * FROM r_up UNION ALL SELECT * FROM d_up) a
+), woke AS (
+	SELECT count(pg_notify($23, '')) AS n FROM (SELECT 1 FROM l_up LIMIT 1) x WHERE $23 <> ''
+)
+SELECT a.id FROM (
+	SELECT id FROM s_up UNION ALL SELECT id FROM r_up UNION ALL SELECT id FROM d_up UNION ALL SELECT id FROM l_up
+) a CROSS JOIN woke`)
+
+	recoverSQL := q(`WITH exp AS (
+	SELECT id, claimed_at FROM {T}
+	WHERE status = 'PROCESSING' AND claimed_at < $1
+	ORDER BY claimed_at
+	LIMIT $4
+	FOR UPDATE SKIP LOCKED
+), upd AS (
+	UPDATE {T} m SET
+		status = CASE WHEN m.attempts >= coalesce(nullif(m.max_attempts, 0), $3) THEN 'FAILED' ELSE 'PENDING' END,
+		last_error_code = 'lease_expired',
+		last_error_message = 'the lease expired before the processor recorded an outcome',
+		updated_at = $2, claimed_at = NULL, claimed_by = NULL
+	FROM exp
+	WHERE m.id = exp.id AND m.status = 'PROCESSING'
+	RETURNING m.id, m.tenant, m.attempts, m.status, m.next_attempt_at, exp.claimed_at
+), att AS (
+	INSERT INTO {A} (message_id, tenant, number, outcome, error_code, error_message,
+		next_attempt_at, started_at, finished_at)
+	SELECT id, tenant, attempts, CASE status WHEN 'FAILED' THEN 'FAILED' ELSE 'RETRY' END,
+		'lease_expired', 'the lease expired before the processor recorded an outcome',
+		CASE status WHEN 'FAILED' THEN NULL ELSE next_attempt_at END, claimed_at, $2
+	FROM upd
+)
+SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'FAILED') FROM upd`)
+
+	return sqlText{
+		enqueue:         enqueue(true),
+		enqueueNoNotify: enqueue(false),
+		existing: q(`SELECT {COLS} FROM {T}
+WHERE (tenant, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`),
+		claimAll:            claim(false),
+		claimTopics:         claim(true),
+		claimFallbackAll:    claimFallback(false),
+		claimFallbackTopics: claimFallback(true),
+		finish:              finish,
+		recover:             recoverSQL,
+		get:                 q(`SELECT {COLS} FROM {T} WHERE tenant = $1 AND id = $2`),
+		list: q(`SELECT {COLS} FROM {T}
+WHERE tenant = $1 AND seq > $2 AND ($3 = '' OR status = $3) AND ($4 = '' OR topic = $4) AND ($5 = '' OR grp = $5)
+ORDER BY seq
+LIMIT $6`),
+		count:    q(`SELECT status, count(*) FROM {T} WHERE tenant = $1 GROUP BY status`),
+		countAll: q(`SELECT status, count(*) FROM {T} GROUP BY status`),
+		attempts: q(`SELECT message_id, tenant, number, outcome, error_code, error_message, provider_response,
+	next_attempt_at, started_at, finished_at
+FROM {A} WHERE tenant = $1 AND message_id = $2 ORDER BY id`),
+		cancel: q(`UPDATE {T} SET status = 'CANCELLED', updated_at = $3
+WHERE tenant = $1 AND id = $2 AND status = 'PENDING'
+RETURNING {COLS}`),
+		requeue: q(`WITH upd AS (
+	UPDATE {T} SET status = 'PENDING', attempts = 0, next_attempt_at = $3, updated_at = $3,
+		claimed_at = NULL, claimed_by = NULL, provider_message_id = NULL,
+		sent_at = NULL, delivered_at = NULL, read_at = NULL
+	WHERE tenant = $1 AND id = $2 AND status = 'FAILED'
+	RETURNING {COLS}
+), woke AS (
+	SELECT count(pg_notify($4, '')) AS n FROM (SELECT 1 FROM upd LIMIT 1) x WHERE $4 <> ''
+)
+SELECT upd.* FROM upd CROSS JOIN woke`),
+		statusOf: q(`SELECT status FROM {T} WHERE tenant = $1 AND id = $2`),
+		receiptLock: q(`SELECT {COLS} FROM {T}
+WHERE tenant = $1 AND provider_message_id = $2
+ORDER BY seq DESC
+LIMIT 1
+FOR UPDATE`),
+		receiptUpdate: q(`UPDATE {T} SET status = $2, sent_at = $3, delivered_at = $4, read_at = $5,
+	last_error_code = $6, last_error_message = $7, updated_at = $8
+WHERE id = $1`),
+		prune: q(`WITH victims AS (
+	SELECT id FROM {T}
+	WHERE status IN ('SENT', 'DELIVERED', 'FAILED', 'CANCELLED') AND updated_at < $1
+	ORDER BY updated_at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+), del AS (
+	DELETE FROM {T} m USING victims v WHERE m.id = v.id RETURNING m.id
+), del_attempts AS (
+	DELETE FROM {A} a USING del WHERE a.message_id = del.id
+)
+SELECT count(*) FROM del`),
+	}
+}
+
+// scanner is pgx.Row, pgx.Rows or *sql.Rows.
+type scanner interface {
+	Scan(dest ...any) error
+}
+
+// nullable scan targets shared by the pgx and database/sql paths.
+type msgRow struct {
+	m                                                   outbox.Message
+	claimedAt, sentAt, deliveredAt, readAt              *time.Time
+	claimedBy, providerID, errCode, errMsg, status, grp *string
+	headers                                             []byte
+	payload                                             []byte
+}
+
+func (r *msgRow) dest() []any {
+	m := &r.m
+	return []any{&m.ID, &m.Seq, &m.Tenant, &m.Topic, &r.grp, &m.IdempotencyKey, &r.status,
+		&m.Attempts, &m.MaxAttempts, &m.NextAttemptAt, &m.CreatedAt, &m.UpdatedAt,
+		&r.claimedAt, &r.claimedBy, &r.providerID, &r.errCode, &r.errMsg,
+		&r.sentAt, &r.deliveredAt, &r.readAt, &r.headers, &r.payload}
+}
+
+func (r *msgRow) message() (outbox.Message, error) {
+	m := r.m
+	m.Group = deref(r.grp)
+	m.Status = outbox.Status(deref(r.status))
+	m.ClaimedAt = derefTime(r.claimedAt)
+	m.ClaimedBy = deref(r.claimedBy)
+	m.ProviderMessageID = deref(r.providerID)
+	if r.errCode != nil || r.errMsg != nil {
+		m.LastError = &outbox.ErrorInfo{Code: deref(r.errCode), Message: deref(r.errMsg)}
+	}
+	m.SentAt, m.DeliveredAt, m.ReadAt = derefTime(r.sentAt), derefTime(r.deliveredAt), derefTime(r.readAt)
+	m.NextAttemptAt, m.CreatedAt, m.UpdatedAt = m.NextAttemptAt.UTC(), m.CreatedAt.UTC(), m.UpdatedAt.UTC()
+	if len(r.headers) > 0 {
+		if err := json.Unmarshal(r.headers, &m.Headers); err != nil {
+			return m, err
+		}
+	}
+	m.Payload = append(json.RawMessage(nil), r.payload...)
+	return m, nil
+}
+
+func scanMessage(s scanner) (outbox.Message, error) {
+	var r msgRow
+	if err := s.Scan(r.dest()...); err != nil {
+		return outbox.Message{}, err
+	}
+	return r.message()
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func derefTime(p *time.Time) time.Time {
+	if p == nil {
+		return time.Time{}
+	}
+	return p.UTC()
+}
+
+// text makes s storable in a PostgreSQL text column: valid UTF-8, no NUL.
+func text(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "")
+	}
+	return s
+}
+
+// nullText is text(s), or nil for "".
+func nullText(s string) *string {
+	if s == "" {
+		return nil
+	}
+	t := text(s)
+	return &t
+}
+
+// nullTime is t truncated to microseconds, or nil for the zero time.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC().Truncate(time.Microsecond)
+	return &u
+}
+
+// jsonText returns a provider response as storable JSON text: as is when it
+// is valid JSON, else quoted as a JSON string, nil when empty. A publisher's
+// malformed response must not make the outcome unrecordable.
+func jsonText(b json.RawMessage) *string {
+	if len(b) == 0 {
+		return nil
+	}
+	if json.Valid(b) && !hasNullEscape(b) {
+		s := string(b)
+		return &s
+	}
+	q, _ := json.Marshal(text(string(b)))
+	s := string(q)
+	return &s
+}
+
+// hasNullEscape reports a \u0000 escape, which PostgreSQL's json input
+// accepts but jsonb and some clients reject; quoting is the safe side.
+func hasNullEscape(b []byte) bool {
+	return strings.Contains(string(b), `\u0000`)
+}

@@ -1,0 +1,210 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// DB is what the store needs from a database handle: *pgxpool.Pool
+// satisfies it (recommended), and so does a *pgx.Conn used by one goroutine
+// at a time.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// acquirer is the optional capability of a DB that can lend a dedicated
+// connection (*pgxpool.Pool). The listener and the elector use it when
+// Options.Connect is nil.
+type acquirer interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+// Options configures a Store. The zero value is valid.
+type Options struct {
+	// Schema holds the outbox tables. It must be a lowercase SQL identifier
+	// ([a-z_][a-z0-9_]*). Migrate creates it when missing. Defaults to
+	// "public".
+	Schema string
+	// TablePrefix starts every table and index name (<prefix>messages,
+	// <prefix>attempts, <prefix>migrations). It must be "" or a lowercase
+	// identifier fragment ([a-z_][a-z0-9_]*). Defaults to "outbox_".
+	TablePrefix string
+	// Clock supplies the time when a Params struct has no Now. Defaults to
+	// outbox.SystemClock.
+	Clock outbox.Clock
+	// Logger receives the store's few log lines (listener fallback and
+	// reconnects, leadership changes). It never receives payloads or
+	// connection strings. Defaults to discarding.
+	Logger *slog.Logger
+	// Connect opens a dedicated connection for LISTEN (Wakeups) and for
+	// leader election (Elector). Defaults to taking one out of the DB when
+	// it is a *pgxpool.Pool; with any other DB and no Connect, Wakeups
+	// falls back to polling and Elector.Run returns an error.
+	Connect func(ctx context.Context) (*pgx.Conn, error)
+	// ClaimGroupRun caps how many messages of one group a single claim
+	// takes (the group's oldest due messages, in order). Larger runs make
+	// bigger publish batches; smaller runs spread a claim over more groups.
+	// Defaults to 100.
+	ClaimGroupRun int
+	// DisableNotify stops Enqueue from calling pg_notify. Wakeups then only
+	// polls. Defaults to false (notify on every enqueue that inserts).
+	DisableNotify bool
+}
+
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// Store is the PostgreSQL outbox store. It implements outbox.Store,
+// outbox.Enqueuer[pgx.Tx] and outbox.Waker; SQL returns an
+// outbox.Enqueuer[*sql.Tx] for database/sql users. A Store is safe for
+// concurrent use.
+type Store struct {
+	db     DB
+	clock  outbox.Clock
+	log    *slog.Logger
+	opts   Options
+	schema string
+	prefix string
+
+	messages   string // qualified table names
+	attempts   string
+	migrations string
+	channel    string // NOTIFY channel
+	groupNS    int32  // advisory lock namespace of group enqueue locks
+	adminNS    int32  // advisory lock namespace of Migrate and Elector
+
+	sql sqlText
+}
+
+var (
+	_ outbox.Store            = (*Store)(nil)
+	_ outbox.Enqueuer[pgx.Tx] = (*Store)(nil)
+	_ outbox.Waker            = (*Store)(nil)
+)
+
+// New returns a Store over db. It does not touch the database; call Migrate
+// (or apply Migrations with your own tool) before use.
+func New(db DB, opts Options) (*Store, error) {
+	if db == nil {
+		return nil, outbox.InvalidParam("db", "is nil")
+	}
+	if opts.Schema == "" {
+		opts.Schema = "public"
+	}
+	if opts.TablePrefix == "" {
+		opts.TablePrefix = "outbox_"
+	}
+	if !identRE.MatchString(opts.Schema) || len(opts.Schema) > 63 {
+		return nil, outbox.InvalidParam("Schema", "must be a lowercase identifier ([a-z_][a-z0-9_]*, at most 63 bytes)")
+	}
+	if !identRE.MatchString(opts.TablePrefix) || len(opts.TablePrefix) > 30 {
+		return nil, outbox.InvalidParam("TablePrefix", "must be a lowercase identifier fragment ([a-z_][a-z0-9_]*, at most 30 bytes)")
+	}
+	if opts.ClaimGroupRun < 0 {
+		return nil, outbox.InvalidParam("ClaimGroupRun", "must not be negative")
+	}
+	if opts.ClaimGroupRun == 0 {
+		opts.ClaimGroupRun = 100
+	}
+	if opts.Clock == nil {
+		opts.Clock = outbox.SystemClock
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := &Store{
+		db:     db,
+		clock:  opts.Clock,
+		log:    opts.Logger,
+		opts:   opts,
+		schema: opts.Schema,
+		prefix: opts.TablePrefix,
+	}
+	s.messages = s.schema + "." + s.prefix + "messages"
+	s.attempts = s.schema + "." + s.prefix + "attempts"
+	s.migrations = s.schema + "." + s.prefix + "migrations"
+	s.channel = s.schema + "." + s.prefix + "messages"
+	if len(s.channel) > 63 {
+		s.channel = s.channel[:63]
+	}
+	s.groupNS = ns(s.messages + ":group")
+	s.adminNS = ns(s.messages + ":admin")
+	s.sql = buildSQL(s)
+	return s, nil
+}
+
+// ns derives a 32-bit advisory lock namespace from a name, so that two
+// outboxes in one database (other schema or prefix) never share locks.
+func ns(name string) int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte("outboxkit:" + name))
+	return int32(h.Sum32()) //nolint:gosec // a hash, wrapping is intended
+}
+
+// Advisory lock keys inside adminNS.
+const (
+	lockMigrate int32 = 1
+	lockLeader  int32 = 2
+)
+
+// Schema returns the schema the store works in.
+func (s *Store) Schema() string { return s.schema }
+
+// MessagesTable returns the qualified name of the messages table
+// (schema.prefixmessages), for operators' own queries.
+func (s *Store) MessagesTable() string { return s.messages }
+
+// AttemptsTable returns the qualified name of the attempts table.
+func (s *Store) AttemptsTable() string { return s.attempts }
+
+// at returns t in UTC truncated to PostgreSQL's microsecond precision, or
+// the store clock's time when t is zero.
+func (s *Store) at(t time.Time) time.Time {
+	if t.IsZero() {
+		t = s.clock.Now()
+	}
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+// dedicated opens a connection the caller owns (closes) for LISTEN or a
+// session advisory lock.
+func (s *Store) dedicated(ctx context.Context) (*pgx.Conn, error) {
+	if s.opts.Connect != nil {
+		return s.opts.Connect(ctx)
+	}
+	a, ok := s.db.(acquirer)
+	if !ok {
+		return nil, errNoDedicated
+	}
+	c, err := a.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The connection leaves the pool for good: LISTEN and session locks
+	// must not leak into other users of the pool.
+	return c.Hijack(), nil
+}
+
+var errNoDedicated = errors.New("postgres: no dedicated connection: DB is not a *pgxpool.Pool and Options.Connect is nil")
+
+// wrapErr adds the operation name to a database error.
+func wrapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("postgres: %s: %w", op, err)
+}
