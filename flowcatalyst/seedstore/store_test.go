@@ -1,0 +1,392 @@
+package seedstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outboxkit/flowcatalyst"
+	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore"
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+var t0 = time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+
+func ids(msgs []outbox.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ID
+	}
+	return out
+}
+
+func claim(t *testing.T, st *seedstore.Store, limit int, now time.Time) []outbox.Message {
+	t.Helper()
+	msgs, err := st.MessageClaim(context.Background(), outbox.MessageClaimParams{Limit: limit, Owner: "p1", Now: now})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return msgs
+}
+
+func TestClaimMapsRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ev := b.insert(t, flowcatalyst.TopicEvent, "order-1", `{"type":"order.created"}`, t0)
+	job := b.insert(t, flowcatalyst.TopicDispatchJob, "", `{"code":"x"}`, t0)
+	now := t0.Add(time.Minute)
+	msgs := claim(t, b.store, 10, now)
+	if len(msgs) != 2 {
+		t.Fatalf("claimed %d, want 2", len(msgs))
+	}
+	e, j := msgs[0], msgs[1]
+	if e.ID != ev || e.Topic != flowcatalyst.TopicEvent || e.Group != "order-1" || string(e.Payload) != `{"type":"order.created"}` ||
+		e.Status != outbox.StatusProcessing || e.Attempts != 1 || !e.CreatedAt.Equal(t0) || !e.ClaimedAt.Equal(now) || e.Seq == 0 {
+		t.Errorf("event message %+v", e)
+	}
+	if j.ID != job || j.Topic != flowcatalyst.TopicDispatchJob || j.Group != "" {
+		t.Errorf("job message %+v", j)
+	}
+	r := b.row(t, flowcatalyst.TopicEvent, ev)
+	if r.Status != "PROCESSING" || !r.ProcessedAt.Time.Equal(now) {
+		t.Errorf("row after claim %+v", r)
+	}
+	if again := claim(t, b.store, 10, now); len(again) != 0 {
+		t.Errorf("claimed %v twice", ids(again))
+	}
+}
+
+func TestClaimKeepsFIFOPerGroup(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	a1 := b.insert(t, "EVENT", "A", `{}`, t0)
+	a2 := b.insert(t, "EVENT", "A", `{}`, t0.Add(time.Second))
+	a3 := b.insert(t, "EVENT", "A", `{}`, t0.Add(2*time.Second))
+	b1 := b.insert(t, "EVENT", "B", `{}`, t0.Add(3*time.Second))
+	u1 := b.insert(t, "EVENT", "", `{}`, t0.Add(4*time.Second))
+	// Same group name in the other table is another group.
+	j1 := b.insert(t, "DISPATCH_JOB", "A", `{}`, t0.Add(5*time.Second))
+	now := t0.Add(time.Hour)
+
+	// a1 is in flight (claimed by a seed processor, say): A is blocked.
+	b.exec(t, `UPDATE `+b.table("EVENT")+` SET status = 'PROCESSING', processed_at = $2 WHERE id = $1`, a1, now)
+	if got := ids(claim(t, b.store, 10, now)); !slices.Equal(got, []string{b1, u1, j1}) {
+		t.Fatalf("claimed %v, want [b1 u1 j1] (group A blocked by its PROCESSING head)", got)
+	}
+	// a1 waits for a retry (PENDING, due later): A is still blocked.
+	b.exec(t, `UPDATE `+b.table("EVENT")+` SET status = 'PENDING', processed_at = $2 WHERE id = $1`, a1, now.Add(time.Minute))
+	if got := claim(t, b.store, 10, now); len(got) != 0 {
+		t.Fatalf("claimed %v while group A's head waits for its retry", ids(got))
+	}
+	// Due: the whole group comes in order.
+	if got := ids(claim(t, b.store, 10, now.Add(time.Minute))); !slices.Equal(got, []string{a1, a2, a3}) {
+		t.Fatalf("claimed %v, want [a1 a2 a3]", got)
+	}
+}
+
+func TestClaimLimitCutsGroupsInOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var a []string
+	for i := range 5 {
+		a = append(a, b.insert(t, "EVENT", "A", `{}`, t0.Add(time.Duration(i)*time.Second)))
+	}
+	first := ids(claim(t, b.store, 2, t0.Add(time.Hour)))
+	// Only EVENT rows exist; the limit is shared with the empty jobs table.
+	if !slices.Equal(first, a[:2]) {
+		t.Fatalf("claimed %v, want %v", first, a[:2])
+	}
+	// a[0], a[1] are in flight: the rest of A must wait.
+	if got := claim(t, b.store, 10, t0.Add(time.Hour)); len(got) != 0 {
+		t.Fatalf("claimed %v while earlier rows of the group are PROCESSING", ids(got))
+	}
+}
+
+func TestConcurrentClaimersKeepFIFO(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const groups, per = 12, 15
+	pos := map[string][2]int{} // id -> group, index
+	for i := range per {
+		for g := range groups {
+			id := b.insert(t, "EVENT", fmt.Sprint("g", g), `{}`, t0.Add(time.Duration(i*groups+g)*time.Millisecond))
+			pos[id] = [2]int{g, i}
+		}
+	}
+	var mu sync.Mutex
+	done := make([]int, groups) // per group: how many rows are finished or being finished
+	total := 0
+	var wg sync.WaitGroup
+	for w := range 4 {
+		st := b.newStore(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			now := t0.Add(time.Hour)
+			for range 500 {
+				msgs, err := st.MessageClaim(context.Background(), outbox.MessageClaimParams{Limit: 7, Owner: fmt.Sprint("w", w), Now: now})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				for _, m := range msgs {
+					p := pos[m.ID]
+					if p[1] != done[p[0]] {
+						t.Errorf("claimed row %d of group %d while %d rows of it were done", p[1], p[0], done[p[0]])
+					}
+					done[p[0]]++
+					total++
+				}
+				finished := total == groups*per
+				mu.Unlock()
+				var sent []outbox.SentOutcome
+				for _, m := range msgs {
+					sent = append(sent, outbox.SentOutcome{ID: m.ID, Attempt: m.Attempts})
+				}
+				res, err := st.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: fmt.Sprint("w", w), Now: now, Sent: sent})
+				if err != nil || len(res.LeaseLost) > 0 {
+					t.Errorf("finish: %v, lost %v", err, res.LeaseLost)
+				}
+				if finished || t.Failed() {
+					return
+				}
+				if len(msgs) == 0 {
+					mu.Lock()
+					finished = total == groups*per
+					mu.Unlock()
+					if finished {
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if total != groups*per {
+		t.Fatalf("claimed %d rows, want %d", total, groups*per)
+	}
+	counts, err := b.store.MessageCount(context.Background(), outbox.MessageCountParams{})
+	if err != nil || counts[outbox.StatusSent] != groups*per {
+		t.Fatalf("counts %v, %v", counts, err)
+	}
+}
+
+func TestFinishOutcomes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sent := b.insert(t, "EVENT", "", `{}`, t0)
+	retry := b.insert(t, "EVENT", "R", `{}`, t0.Add(time.Second))
+	retryNext := b.insert(t, "EVENT", "R", `{}`, t0.Add(2*time.Second))
+	dead := b.insert(t, "DISPATCH_JOB", "", `{}`, t0.Add(3*time.Second))
+	rel := b.insert(t, "DISPATCH_JOB", "", `{}`, t0.Add(4*time.Second))
+	now := t0.Add(time.Hour)
+	msgs := claim(t, b.store, 10, now)
+	if len(msgs) != 5 {
+		t.Fatalf("claimed %d", len(msgs))
+	}
+	next := now.Add(5 * time.Minute)
+	res, err := b.store.MessageFinish(context.Background(), outbox.MessageFinishParams{
+		Owner: "p1", Now: now.Add(time.Second),
+		Sent:     []outbox.SentOutcome{{ID: sent, Attempt: 1}},
+		Retry:    []outbox.RetryOutcome{{ID: retry, Attempt: 1, NextAttemptAt: next, Error: outbox.ErrorInfo{Code: "http_503", Message: "POST /api/events/batch: HTTP 503"}}},
+		Dead:     []outbox.DeadOutcome{{ID: dead, Attempt: 1, Error: outbox.ErrorInfo{Code: "BAD_REQUEST", Message: "item BAD_REQUEST: no source"}}},
+		Released: []outbox.ReleaseOutcome{{ID: rel, Attempt: 1}, {ID: retryNext, Attempt: 1}},
+	})
+	if err != nil || len(res.LeaseLost) != 0 {
+		t.Fatalf("finish: %v, lost %v", err, res.LeaseLost)
+	}
+	check := func(topic, id, status string, retries int, processedAt time.Time, errMsg string) {
+		t.Helper()
+		r := b.row(t, topic, id)
+		if r.Status != status || r.RetryCount != retries || r.Error.String != errMsg ||
+			r.ProcessedAt.Valid != !processedAt.IsZero() || (r.ProcessedAt.Valid && !r.ProcessedAt.Time.Equal(processedAt)) {
+			t.Errorf("row %s = %+v, want %s retries=%d processed_at=%s error=%q", id, r, status, retries, processedAt, errMsg)
+		}
+	}
+	check("EVENT", sent, "COMPLETED", 0, now.Add(time.Second), "")
+	check("EVENT", retry, "PENDING", 1, next, "http_503: POST /api/events/batch: HTTP 503")
+	check("EVENT", retryNext, "PENDING", 0, time.Time{}, "")
+	check("DISPATCH_JOB", dead, "FAILED", 0, now.Add(time.Second), "BAD_REQUEST: item BAD_REQUEST: no source")
+	check("DISPATCH_JOB", rel, "PENDING", 0, time.Time{}, "")
+
+	// The retry blocks its group until due; then it comes back as attempt 2
+	// followed by the rest of the group.
+	if got := ids(claim(t, b.store, 10, now.Add(time.Minute))); !slices.Equal(got, []string{rel}) {
+		t.Fatalf("claimed %v before the retry was due, want only the released job", got)
+	}
+	got := claim(t, b.store, 10, next)
+	if !slices.Equal(ids(got), []string{retry, retryNext}) || got[0].Attempts != 2 {
+		t.Fatalf("claimed %v (attempts %d), want [retry retryNext] with attempt 2", ids(got), got[0].Attempts)
+	}
+	m, err := b.store.MessageGet(context.Background(), outbox.MessageGetParams{ID: dead})
+	if err != nil || m.Status != outbox.StatusFailed || m.LastError == nil || m.LastError.Code != "BAD_REQUEST" || m.LastError.Message != "item BAD_REQUEST: no source" {
+		t.Errorf("dead message %+v, %v", m, err)
+	}
+}
+
+func TestFinishIsFencedByTheLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.insert(t, "EVENT", "", `{}`, t0)
+	now := t0.Add(time.Hour)
+	claim(t, b.store, 1, now)
+	ctx := context.Background()
+	// Another Store (another processor) cannot record an outcome for it.
+	other := b.newStore(t)
+	res, err := other.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p2", Now: now, Sent: []outbox.SentOutcome{{ID: id, Attempt: 1}}})
+	if err != nil || !slices.Equal(res.LeaseLost, []string{id}) {
+		t.Fatalf("finish by another store: %v, lost %v", err, res.LeaseLost)
+	}
+	// The lease expires, another processor recovers and claims it again.
+	if _, err := other.MessageRecover(ctx, outbox.MessageRecoverParams{ClaimedBefore: now.Add(time.Minute), Now: now.Add(time.Minute), MaxAttempts: 5}); err != nil {
+		t.Fatal(err)
+	}
+	reclaimed := claim(t, other, 1, now.Add(2*time.Minute))
+	if len(reclaimed) != 1 || reclaimed[0].Attempts != 2 {
+		t.Fatalf("reclaimed %+v", reclaimed)
+	}
+	// The first processor's late outcome is refused.
+	res, err = b.store.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p1", Now: now, Sent: []outbox.SentOutcome{{ID: id, Attempt: 1}}})
+	if err != nil || !slices.Equal(res.LeaseLost, []string{id}) {
+		t.Fatalf("late finish: %v, lost %v", err, res.LeaseLost)
+	}
+	if r := b.row(t, "EVENT", id); r.Status != "PROCESSING" {
+		t.Fatalf("row %+v changed by a lost lease", r)
+	}
+	res, err = other.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p2", Now: now, Sent: []outbox.SentOutcome{{ID: id, Attempt: 2}}})
+	if err != nil || len(res.LeaseLost) != 0 || b.row(t, "EVENT", id).Status != "COMPLETED" {
+		t.Fatalf("finish by the lease holder: %v, lost %v", err, res.LeaseLost)
+	}
+}
+
+func TestRecover(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stuck := b.insert(t, "EVENT", "G", `{}`, t0)
+	last := b.insert(t, "DISPATCH_JOB", "", `{}`, t0)
+	fresh := b.insert(t, "EVENT", "", `{}`, t0)
+	now := t0.Add(time.Hour)
+	// Stuck rows, as a crashed seed processor leaves them.
+	b.exec(t, `UPDATE `+b.table("EVENT")+` SET status = 'PROCESSING', processed_at = $2 WHERE id = $1`, stuck, now.Add(-10*time.Minute))
+	b.exec(t, `UPDATE `+b.table("DISPATCH_JOB")+` SET status = 'PROCESSING', retry_count = 3, processed_at = $2 WHERE id = $1`, last, now.Add(-10*time.Minute))
+	b.exec(t, `UPDATE `+b.table("EVENT")+` SET status = 'PROCESSING', processed_at = $2 WHERE id = $1`, fresh, now.Add(-time.Minute))
+	res, err := b.store.MessageRecover(context.Background(), outbox.MessageRecoverParams{ClaimedBefore: now.Add(-5 * time.Minute), Now: now, MaxAttempts: 4})
+	if err != nil || res.Recovered != 1 || res.DeadLettered != 1 {
+		t.Fatalf("recover: %+v, %v", res, err)
+	}
+	if r := b.row(t, "EVENT", stuck); r.Status != "PENDING" || r.RetryCount != 1 || r.ProcessedAt.Valid {
+		t.Errorf("stuck row %+v, want PENDING, retry_count 1, processed_at NULL", r)
+	}
+	if r := b.row(t, "DISPATCH_JOB", last); r.Status != "FAILED" || !strings.HasPrefix(r.Error.String, "lease_expired: ") {
+		t.Errorf("row on its last attempt %+v, want FAILED lease_expired", r)
+	}
+	if r := b.row(t, "EVENT", fresh); r.Status != "PROCESSING" {
+		t.Errorf("row within its lease %+v was recovered", r)
+	}
+	if _, err := b.store.MessageRecover(context.Background(), outbox.MessageRecoverParams{ClaimedBefore: now}); !errors.Is(err, outbox.ErrInvalidInput) {
+		t.Errorf("MaxAttempts 0: %v, want ErrInvalidInput", err)
+	}
+}
+
+func TestQueries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var all []string
+	for i := range 5 {
+		all = append(all, b.insert(t, "EVENT", "G", `{}`, t0.Add(time.Duration(i)*time.Second)))
+	}
+	job := b.insert(t, "DISPATCH_JOB", "", `{}`, t0)
+	all = append(all, job)
+	b.exec(t, `UPDATE `+b.table("DISPATCH_JOB")+` SET status = 'FAILED', retry_count = 3, processed_at = $2, error_message = 'http_503: down' WHERE id = $1`, job, t0)
+
+	counts, err := b.store.MessageCount(ctx, outbox.MessageCountParams{})
+	if err != nil || counts[outbox.StatusPending] != 5 || counts[outbox.StatusFailed] != 1 || len(counts) != len(outbox.Statuses()) {
+		t.Errorf("counts %v, %v", counts, err)
+	}
+	page, err := b.store.MessageList(ctx, outbox.MessageListParams{Limit: 4})
+	if err != nil || !slices.Equal(ids(page.Messages), all[:4]) || page.NextAfterSeq == 0 {
+		t.Fatalf("page 1 %v next %d, %v", ids(page.Messages), page.NextAfterSeq, err)
+	}
+	page, err = b.store.MessageList(ctx, outbox.MessageListParams{Limit: 4, AfterSeq: page.NextAfterSeq})
+	if err != nil || !slices.Equal(ids(page.Messages), all[4:]) || page.NextAfterSeq != 0 {
+		t.Fatalf("page 2 %v next %d, %v", ids(page.Messages), page.NextAfterSeq, err)
+	}
+	page, _ = b.store.MessageList(ctx, outbox.MessageListParams{Status: outbox.StatusFailed, Topic: "DISPATCH_JOB"})
+	if !slices.Equal(ids(page.Messages), []string{job}) {
+		t.Errorf("failed jobs %v", ids(page.Messages))
+	}
+	if _, err := b.store.MessageGet(ctx, outbox.MessageGetParams{ID: "0000000000000"}); !errors.Is(err, outbox.ErrNotFound) {
+		t.Errorf("get missing: %v", err)
+	}
+	if _, err := b.store.MessageGet(ctx, outbox.MessageGetParams{Tenant: "other", ID: job}); !errors.Is(err, outbox.ErrNotFound) {
+		t.Errorf("get in another tenant: %v", err)
+	}
+	if _, err := b.store.MessageRequeue(ctx, outbox.MessageRequeueParams{ID: all[0]}); !errors.Is(err, outbox.ErrInvalidTransition) {
+		t.Errorf("requeue PENDING: %v", err)
+	}
+	m, err := b.store.MessageRequeue(ctx, outbox.MessageRequeueParams{ID: job})
+	if err != nil || m.Status != outbox.StatusPending || m.Attempts != 0 || m.LastError != nil {
+		t.Errorf("requeue: %+v, %v", m, err)
+	}
+	if _, err := b.store.MessageCancel(ctx, outbox.MessageCancelParams{ID: job}); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("cancel: %v", err)
+	}
+	if _, err := b.store.MessageApplyReceipt(ctx, outbox.MessageApplyReceiptParams{}); !errors.Is(err, outbox.ErrNotFound) {
+		t.Errorf("receipt: %v", err)
+	}
+	if a, err := b.store.AttemptList(ctx, outbox.AttemptListParams{MessageID: job}); err != nil || len(a) != 0 {
+		t.Errorf("attempts: %v, %v", a, err)
+	}
+	b.exec(t, `UPDATE `+b.table("EVENT")+` SET status = 'COMPLETED', processed_at = $1`, t0)
+	n, err := b.store.MessagePrune(ctx, outbox.MessagePruneParams{Before: t0.Add(time.Second), Limit: 3})
+	if err != nil || n != 3 {
+		t.Errorf("prune: %d, %v", n, err)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, opts := range []seedstore.Options{
+		{EventsTable: "bad name"},
+		{EventsTable: `x"; DROP TABLE y; --`},
+		{DispatchJobsTable: "a.b.c"},
+		{EventsTable: "same", DispatchJobsTable: "same"},
+	} {
+		if _, err := seedstore.New(b.db, opts); !errors.Is(err, outbox.ErrInvalidInput) {
+			t.Errorf("New(%+v): %v, want ErrInvalidInput", opts, err)
+		}
+	}
+	if _, err := seedstore.New(nil, seedstore.Options{}); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+	if _, err := b.store.MessageClaim(context.Background(), outbox.MessageClaimParams{Limit: 0, Owner: "x"}); !errors.Is(err, outbox.ErrInvalidInput) {
+		t.Errorf("claim limit 0: %v", err)
+	}
+}
+
+func TestCreateTablesIsIdempotent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	st, err := seedstore.New(b.db, seedstore.Options{EventsTable: b.schema + ".ev2", DispatchJobsTable: b.schema + ".jobs2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := st.CreateTables(context.Background()); err != nil {
+			t.Fatalf("CreateTables: %v", err)
+		}
+	}
+	b.exec(t, `INSERT INTO `+b.schema+`.ev2 (id, type, payload, status, created_at) VALUES ('0000000000001', 'EVENT', '{}', 'PENDING', now())`)
+	if got := claim(t, st, 5, time.Now().Add(time.Hour)); len(got) != 1 {
+		t.Fatalf("claimed %d from created tables", len(got))
+	}
+}
