@@ -92,7 +92,11 @@ type Config struct {
 // requests of BatchSize, one request after the other. When a message of a
 // group (Group != "") fails retryably, no later request carries a message of
 // that group: those messages get outbox.ErrNotAttempted, so the processor
-// puts them back unattempted and FIFO holds between requests.
+// puts them back unattempted and FIFO holds between requests. Likewise when
+// a whole request fails retryably (HTTP 5xx, 401, 429, a timeout), only the
+// first message of each group in it gets the error; the group's later
+// messages get outbox.ErrNotAttempted and do not use up their attempts
+// because of the message ahead of them.
 //
 // Inside one request FIFO cannot be kept on a failure: FlowCatalyst
 // processes every item of a batch, so item 5 may be stored while item 3 got
@@ -260,8 +264,23 @@ func notAttempted(ctxErr error) error {
 // send posts one request carrying the messages at idx and fills their
 // results.
 func (p *Publisher) send(ctx context.Context, path string, msgs []outbox.Message, idx []int, out []outbox.Result) {
+	// failAll gives every message of the request err, except that a
+	// retryable failure counts against only the first message of each
+	// ordered group: the group's later messages are not attempted (they
+	// wait behind the first anyway, and must not use up their attempts
+	// because of it).
 	failAll := func(err error) {
+		retryable := outbox.IsRetryable(err) && !errors.Is(err, outbox.ErrNotAttempted)
+		first := map[string]bool{}
 		for _, i := range idx {
+			if retryable && msgs[i].Group != "" {
+				k := msgs[i].GroupKey()
+				if first[k] {
+					out[i] = outbox.Result{Err: fmt.Errorf("%w: an earlier message of the group failed: %w", outbox.ErrNotAttempted, err)}
+					continue
+				}
+				first[k] = true
+			}
 			out[i] = outbox.Result{Err: err}
 		}
 	}
