@@ -1,0 +1,297 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outboxkit/flowcatalyst"
+)
+
+// envPrefix turns a key into its environment variable: poll-interval is
+// OUTBOX_PROCESSOR_POLL_INTERVAL (the seed's outbox-processor.poll-interval).
+const envPrefix = "OUTBOX_PROCESSOR_"
+
+func envName(key string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))
+}
+
+// config is the processor's configuration: seed 004's keys plus what
+// outboxkit adds (database-url, api-version, OAuth, backoff, logging).
+type config struct {
+	Enabled                  bool
+	PollInterval             time.Duration
+	PollBatchSize            int
+	APIBatchSize             int
+	MaxConcurrentGroups      int
+	GlobalBufferSize         int
+	DatabaseType             string
+	EventsTable              string
+	DispatchJobsTable        string
+	APIBaseURL               string
+	APIToken                 string
+	MaxRetries               int
+	ProcessingTimeoutSeconds int
+	MongoDatabase            string
+
+	DatabaseURL      string
+	APIVersion       string
+	APITokenURL      string
+	APIClientID      string
+	APIClientSecret  string
+	APIScopes        string
+	RetryBackoff     string
+	RecoveryInterval time.Duration
+	DrainTimeout     time.Duration
+	CreateTables     bool
+	SingleActive     bool
+	LogLevel         string
+	LogFormat        string
+
+	api     flowcatalyst.API
+	backoff []time.Duration
+}
+
+// option is one configuration key: a flag and an environment variable.
+type option struct {
+	key, usage string
+	def        string
+	isBool     bool
+	set        func(c *config, v string) error
+}
+
+func boolVal(dst *bool) func(string) error {
+	return func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", v)
+		}
+		*dst = b
+		return nil
+	}
+}
+
+func intVal(dst *int) func(string) error {
+	return func(v string) error {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("%q is not a whole number", v)
+		}
+		*dst = n
+		return nil
+	}
+}
+
+// durationVal accepts Go durations (1s, 500ms) and the seed's ISO-8601 ones
+// (PT1S, PT0.5S, PT5M).
+func durationVal(dst *time.Duration) func(string) error {
+	return func(v string) error {
+		d, err := parseDuration(v)
+		if err != nil {
+			return err
+		}
+		*dst = d
+		return nil
+	}
+}
+
+func parseDuration(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if u := strings.ToUpper(v); strings.HasPrefix(u, "PT") {
+		d, err := time.ParseDuration(strings.ToLower(u[2:]))
+		if err == nil {
+			return d, nil
+		}
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (e.g. 1s, 500ms, PT1S)", v)
+	}
+	return d, nil
+}
+
+func stringVal(dst *string) func(string) error {
+	return func(v string) error { *dst = strings.TrimSpace(v); return nil }
+}
+
+func options() []option {
+	o := func(key, def, usage string, set func(c *config) func(string) error) option {
+		return option{key: key, def: def, usage: usage, set: func(c *config, v string) error { return set(c)(v) }}
+	}
+	b := func(key, def, usage string, set func(c *config) func(string) error) option {
+		opt := o(key, def, usage, set)
+		opt.isBool = true
+		return opt
+	}
+	return []option{
+		// Seed 004's keys (outbox-processor.*).
+		b("enabled", "true", "process the outbox tables (false: idle until stopped)", func(c *config) func(string) error { return boolVal(&c.Enabled) }),
+		o("poll-interval", "1s", "polling frequency", func(c *config) func(string) error { return durationVal(&c.PollInterval) }),
+		o("poll-batch-size", "500", "most rows claimed per poll", func(c *config) func(string) error { return intVal(&c.PollBatchSize) }),
+		o("api-batch-size", "100", "most items per FlowCatalyst request", func(c *config) func(string) error { return intVal(&c.APIBatchSize) }),
+		o("max-concurrent-groups", "10", "most message groups sending at once", func(c *config) func(string) error { return intVal(&c.MaxConcurrentGroups) }),
+		o("global-buffer-size", "1000", "most claimed rows held in memory", func(c *config) func(string) error { return intVal(&c.GlobalBufferSize) }),
+		o("database-type", "POSTGRESQL", "POSTGRESQL (MYSQL and MONGODB are not supported yet)", func(c *config) func(string) error { return stringVal(&c.DatabaseType) }),
+		o("events-table", "outbox_events", "events table, optionally schema.table", func(c *config) func(string) error { return stringVal(&c.EventsTable) }),
+		o("dispatch-jobs-table", "outbox_dispatch_jobs", "dispatch jobs table, optionally schema.table", func(c *config) func(string) error { return stringVal(&c.DispatchJobsTable) }),
+		o("api-base-url", "", "FlowCatalyst URL, e.g. https://flowcatalyst.example.com (required)", func(c *config) func(string) error { return stringVal(&c.APIBaseURL) }),
+		o("api-token", "", "static bearer token (or use api-token-url)", func(c *config) func(string) error { return stringVal(&c.APIToken) }),
+		o("max-retries", "3", "retries after the first attempt before a row is FAILED", func(c *config) func(string) error { return intVal(&c.MaxRetries) }),
+		o("processing-timeout-seconds", "300", "a PROCESSING row older than this is recovered", func(c *config) func(string) error { return intVal(&c.ProcessingTimeoutSeconds) }),
+		o("mongo-database", "outbox", "MongoDB database (database-type MONGODB)", func(c *config) func(string) error { return stringVal(&c.MongoDatabase) }),
+		// outboxkit's additions.
+		o("database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/app (required)", func(c *config) func(string) error { return stringVal(&c.DatabaseURL) }),
+		o("api-version", "current", "FlowCatalyst API generation: current ({\"items\":[...]}, /api/dispatch-jobs/batch) or seed (bare array, /api/dispatch/jobs/batch)", func(c *config) func(string) error { return stringVal(&c.APIVersion) }),
+		o("api-token-url", "", "OAuth2 token endpoint for the client-credentials grant", func(c *config) func(string) error { return stringVal(&c.APITokenURL) }),
+		o("api-client-id", "", "OAuth2 client id", func(c *config) func(string) error { return stringVal(&c.APIClientID) }),
+		o("api-client-secret", "", "OAuth2 client secret", func(c *config) func(string) error { return stringVal(&c.APIClientSecret) }),
+		o("api-scopes", "", "OAuth2 scopes, space separated", func(c *config) func(string) error { return stringVal(&c.APIScopes) }),
+		o("retry-backoff", "5s,30s,2m", "delays before retry 1, 2, ... (the last repeats)", func(c *config) func(string) error { return stringVal(&c.RetryBackoff) }),
+		o("recovery-interval", "1m", "how often stuck PROCESSING rows are looked for", func(c *config) func(string) error { return durationVal(&c.RecoveryInterval) }),
+		o("drain-timeout", "30s", "on SIGTERM, how long in-flight requests may finish", func(c *config) func(string) error { return durationVal(&c.DrainTimeout) }),
+		b("create-tables", "false", "create the seed's tables when missing", func(c *config) func(string) error { return boolVal(&c.CreateTables) }),
+		b("single-active", "false", "only one processor works at a time (PostgreSQL advisory lock)", func(c *config) func(string) error { return boolVal(&c.SingleActive) }),
+		o("log-level", "info", "debug, info, warn or error", func(c *config) func(string) error { return stringVal(&c.LogLevel) }),
+		o("log-format", "json", "json or text", func(c *config) func(string) error { return stringVal(&c.LogFormat) }),
+	}
+}
+
+// errHelp is returned by loadConfig for -h.
+var errHelp = flag.ErrHelp
+
+// loadConfig reads defaults, then environment variables, then flags (the
+// last wins), and validates the result. Every problem is reported, each
+// naming its flag and variable.
+func loadConfig(args []string, getenv func(string) string, usageOut io.Writer) (config, error) {
+	var c config
+	var problems []string
+	opts := options()
+	for _, o := range opts {
+		if err := o.set(&c, o.def); err != nil {
+			problems = append(problems, fmt.Sprintf("default of %s: %v", o.key, err))
+		}
+		if v := getenv(envName(o.key)); v != "" {
+			if err := o.set(&c, v); err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", envName(o.key), err))
+			}
+		}
+	}
+	fs := flag.NewFlagSet("flowcatalyst-processor", flag.ContinueOnError)
+	fs.SetOutput(usageOut)
+	for _, o := range opts {
+		usage := fmt.Sprintf("%s (env %s, default %q)", o.usage, envName(o.key), o.def)
+		set := func(v string) error { return o.set(&c, v) }
+		if o.isBool {
+			fs.BoolFunc(o.key, usage, set)
+		} else {
+			fs.Func(o.key, usage, set)
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		problems = append(problems, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	}
+	problems = append(problems, c.validate()...)
+	if len(problems) > 0 {
+		return c, &configError{problems: problems}
+	}
+	return c, nil
+}
+
+type configError struct{ problems []string }
+
+func (e *configError) Error() string {
+	return "invalid configuration:\n  - " + strings.Join(e.problems, "\n  - ")
+}
+
+func (c *config) validate() []string {
+	var p []string
+	name := func(key string) string { return fmt.Sprintf("%s (-%s or %s)", key, key, envName(key)) }
+	positive := func(key string, v int) {
+		if v < 1 {
+			p = append(p, fmt.Sprintf("%s must be positive, got %d", name(key), v))
+		}
+	}
+	positive("poll-batch-size", c.PollBatchSize)
+	positive("api-batch-size", c.APIBatchSize)
+	positive("max-concurrent-groups", c.MaxConcurrentGroups)
+	positive("global-buffer-size", c.GlobalBufferSize)
+	positive("processing-timeout-seconds", c.ProcessingTimeoutSeconds)
+	if c.MaxRetries < 0 || c.MaxRetries > 999 {
+		p = append(p, fmt.Sprintf("%s must be between 0 and 999, got %d", name("max-retries"), c.MaxRetries))
+	}
+	for key, d := range map[string]time.Duration{"poll-interval": c.PollInterval, "recovery-interval": c.RecoveryInterval, "drain-timeout": c.DrainTimeout} {
+		if d <= 0 {
+			p = append(p, fmt.Sprintf("%s must be positive, got %s", name(key), d))
+		}
+	}
+	switch strings.ToUpper(c.DatabaseType) {
+	case "POSTGRESQL", "POSTGRES":
+	case "MYSQL", "MONGODB":
+		p = append(p, fmt.Sprintf("%s %s is not supported yet: this processor works on PostgreSQL", name("database-type"), c.DatabaseType))
+	default:
+		p = append(p, fmt.Sprintf("%s must be POSTGRESQL, MYSQL or MONGODB, got %q", name("database-type"), c.DatabaseType))
+	}
+	if c.DatabaseURL == "" {
+		p = append(p, name("database-url")+" is required")
+	} else if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		p = append(p, name("database-url")+" must be a postgres:// URL")
+	}
+	if c.APIBaseURL == "" {
+		p = append(p, name("api-base-url")+" is required")
+	} else if u, err := url.Parse(c.APIBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		p = append(p, name("api-base-url")+" must be an http(s) URL")
+	}
+	api, err := flowcatalyst.APIByName(c.APIVersion)
+	if err != nil {
+		p = append(p, fmt.Sprintf("%s must be current or seed, got %q", name("api-version"), c.APIVersion))
+	} else {
+		c.api = api
+		if c.APIBatchSize > api.MaxBatchSize {
+			p = append(p, fmt.Sprintf("%s is %d, but the %s API accepts at most %d items per request", name("api-batch-size"), c.APIBatchSize, c.APIVersion, api.MaxBatchSize))
+		}
+	}
+	if c.APIToken != "" && c.APITokenURL != "" {
+		p = append(p, fmt.Sprintf("set either %s or %s, not both", name("api-token"), name("api-token-url")))
+	}
+	if c.APITokenURL != "" && c.APIClientID == "" {
+		p = append(p, name("api-client-id")+" is required with api-token-url")
+	}
+	if (c.APIClientID != "" || c.APIClientSecret != "") && c.APITokenURL == "" {
+		p = append(p, name("api-token-url")+" is required with api-client-id/api-client-secret")
+	}
+	c.backoff = nil
+	for _, part := range strings.Split(c.RetryBackoff, ",") {
+		d, err := parseDuration(part)
+		if err != nil || d < 0 {
+			p = append(p, fmt.Sprintf("%s: %v", name("retry-backoff"), errors.Join(err, errIf(d < 0, "negative delay"))))
+			break
+		}
+		c.backoff = append(c.backoff, d)
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		p = append(p, fmt.Sprintf("%s must be debug, info, warn or error, got %q", name("log-level"), c.LogLevel))
+	}
+	switch strings.ToLower(c.LogFormat) {
+	case "json", "text":
+	default:
+		p = append(p, fmt.Sprintf("%s must be json or text, got %q", name("log-format"), c.LogFormat))
+	}
+	return p
+}
+
+func errIf(cond bool, msg string) error {
+	if cond {
+		return errors.New(msg)
+	}
+	return nil
+}
