@@ -42,6 +42,14 @@
 // NewTSID returns 13-character, time-sorted ids for applications that write
 // seed-004 outbox rows from Go.
 //
+// # Seed 004's tables
+//
+// Package flowcatalyst/seedstore is an outbox.Store over seed 004's
+// outbox_events and outbox_dispatch_jobs tables in PostgreSQL, so that
+// outbox.Processor with this Publisher replaces the seed's processor for
+// applications that write those tables; examples/flowcatalyst-processor is
+// that program.
+//
 // # Compatibility
 //
 // The exported API follows semantic versioning with the rest of the module.

@@ -390,3 +390,43 @@ func TestCreateTablesIsIdempotent(t *testing.T) {
 		t.Fatalf("claimed %d from created tables", len(got))
 	}
 }
+
+func TestInsertInTheCallersTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Insert(ctx, tx, seedstore.Item{Topic: "EVENT", Payload: []byte(`{"rolled":"back"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	_ = tx.Rollback()
+
+	tx, _ = b.db.BeginTx(ctx, nil)
+	// Invalid items are refused before any statement: tx stays usable.
+	for _, bad := range []seedstore.Item{
+		{Topic: "whatsapp", Payload: []byte(`{}`)},
+		{Topic: "EVENT", Payload: []byte(`not json`)},
+		{Topic: "EVENT", Payload: []byte(`{}`), ID: "this-id-is-too-long"},
+	} {
+		if _, err := b.store.Insert(ctx, tx, bad); !errors.Is(err, outbox.ErrInvalidInput) {
+			t.Errorf("Insert(%+v): %v, want ErrInvalidInput", bad, err)
+		}
+	}
+	got, err := b.store.Insert(ctx, tx,
+		seedstore.Item{Topic: "EVENT", Group: "o-1", Payload: []byte(`{"n":1}`)},
+		seedstore.Item{Topic: "DISPATCH_JOB", Payload: []byte(`{"n":2}`)},
+	)
+	if err != nil || len(got) != 2 || len(got[0]) != 13 {
+		t.Fatalf("Insert: %v, %v", got, err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	claimed := claim(t, b.store, 10, time.Now().Add(time.Minute))
+	if len(claimed) != 2 || claimed[0].ID != got[0] || claimed[0].Group != "o-1" || string(claimed[1].Payload) != `{"n":2}` {
+		t.Fatalf("claimed %+v", claimed)
+	}
+}
