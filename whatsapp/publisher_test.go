@@ -167,10 +167,10 @@ func TestBuildRequestShapes(t *testing.T) {
 func TestNormalizePhone(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
-		"+1 (650) 555-1234": "+16505551234",
-		"16505551234":       "+16505551234",
+		"+1 (650) 555-1234":  "+16505551234",
+		"16505551234":        "+16505551234",
 		"0033 6 12 34 56 78": "+33612345678",
-		"+33.6.12.34.56.78": "+33612345678",
+		"+33.6.12.34.56.78":  "+33612345678",
 	} {
 		got, err := NormalizePhone(in)
 		if err != nil || got != want {
@@ -198,7 +198,9 @@ func TestPublisherHTTPFailures(t *testing.T) {
 		{"401 with code 190", func(w http.ResponseWriter) { writeMetaError(w, 401, 190, "token expired") }, "190", true, 0},
 		{"401 without body", func(w http.ResponseWriter) { w.WriteHeader(401) }, "http_401", true, 0},
 		{"429 without body, Retry-After", func(w http.ResponseWriter) { w.Header().Set("Retry-After", "120"); w.WriteHeader(429) }, "http_429", false, 2 * time.Minute},
-		{"429 with rate-limit code", func(w http.ResponseWriter) { writeMetaError(w, 429, 130429, "Cloud API message throughput has been reached.") }, "130429", false, 5 * time.Second},
+		{"429 with rate-limit code", func(w http.ResponseWriter) {
+			writeMetaError(w, 429, 130429, "Cloud API message throughput has been reached.")
+		}, "130429", false, 5 * time.Second},
 		{"400 with rate-limit code (newer tables)", func(w http.ResponseWriter) { writeMetaError(w, 400, 80007, "") }, "80007", false, 5 * time.Minute},
 		{"500 with retryable code", func(w http.ResponseWriter) { writeMetaError(w, 500, 131000, "Something went wrong") }, "131000", false, 0},
 		{"500 without body", func(w http.ResponseWriter) { w.WriteHeader(500) }, "http_500", false, 0},
@@ -295,8 +297,11 @@ func TestSecretsNeverStored(t *testing.T) {
 			w.WriteHeader(400)
 			_, _ = w.Write([]byte(`{"error":{"message":"Invalid OAuth access token ` + testToken + `","code":190,"error_data":{"details":"token ` + testToken + ` app ` + testSecret + `"}}}`))
 		},
-		"in a body without code": func(w http.ResponseWriter) { w.WriteHeader(500); _, _ = w.Write([]byte(`{"token":"` + testToken + `"}`)) },
-		"in a 200 without id":    func(w http.ResponseWriter) { _, _ = w.Write([]byte(`{"echo":"` + testToken + `"}`)) },
+		"in a body without code": func(w http.ResponseWriter) {
+			w.WriteHeader(500)
+			_, _ = w.Write([]byte(`{"token":"` + testToken + `"}`))
+		},
+		"in a 200 without id": func(w http.ResponseWriter) { _, _ = w.Write([]byte(`{"echo":"` + testToken + `"}`)) },
 	}
 	for name, h := range handlers {
 		t.Run(name, func(t *testing.T) {
@@ -443,7 +448,9 @@ func TestPublisherQuotaAndThrottle(t *testing.T) {
 	state := NewMemoryState(QuotaOptions{DefaultLimit: 2})
 	p := newTestPublisher(t, api, func(c *Config) { c.Quotas, c.Clock = state, clock })
 	ctx := context.Background()
-	send := func(tenant string) outbox.Result { return p.Publish(ctx, []outbox.Message{msg(tenant, templatePayload)})[0] }
+	send := func(tenant string) outbox.Result {
+		return p.Publish(ctx, []outbox.Message{msg(tenant, templatePayload)})[0]
+	}
 	for i := 0; i < 2; i++ {
 		if r := send("org-1"); r.Err != nil {
 			t.Fatal(r.Err)

@@ -119,7 +119,10 @@ func TestStateContract(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			t.Run("windows", func(t *testing.T) { t.Parallel(); testWindows(t, b.new(t, QuotaOptions{})) })
-			t.Run("quota", func(t *testing.T) { t.Parallel(); testQuota(t, b.new(t, QuotaOptions{DefaultLimit: 50, Window: time.Hour})) })
+			t.Run("quota", func(t *testing.T) {
+				t.Parallel()
+				testQuota(t, b.new(t, QuotaOptions{DefaultLimit: 50, Window: time.Hour}))
+			})
 			t.Run("quota exact under 100 concurrent senders", func(t *testing.T) {
 				t.Parallel()
 				testQuotaConcurrent(t, b.new(t, QuotaOptions{DefaultLimit: 37}))

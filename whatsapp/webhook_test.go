@@ -37,14 +37,14 @@ func TestSignatureVectors(t *testing.T) {
 		body           []byte
 		want           error
 	}{
-		"missing":        {"", "app_secret_123", body, ErrSignatureMissing},
-		"wrong secret":   {want, "other", body, ErrSignatureInvalid},
-		"body changed":   {want, "app_secret_123", append(append([]byte{}, body...), ' '), ErrSignatureInvalid},
-		"no prefix":      {strings.TrimPrefix(want, "sha256="), "app_secret_123", body, ErrSignatureInvalid},
-		"sha1 prefix":    {"sha1=" + strings.TrimPrefix(want, "sha256="), "app_secret_123", body, ErrSignatureInvalid},
-		"truncated":      {want[:40], "app_secret_123", body, ErrSignatureInvalid},
-		"not hex":        {"sha256=" + strings.Repeat("zz", 32), "app_secret_123", body, ErrSignatureInvalid},
-		"empty secret":   {Sign(body, ""), "", body, ErrSignatureInvalid},
+		"missing":      {"", "app_secret_123", body, ErrSignatureMissing},
+		"wrong secret": {want, "other", body, ErrSignatureInvalid},
+		"body changed": {want, "app_secret_123", append(append([]byte{}, body...), ' '), ErrSignatureInvalid},
+		"no prefix":    {strings.TrimPrefix(want, "sha256="), "app_secret_123", body, ErrSignatureInvalid},
+		"sha1 prefix":  {"sha1=" + strings.TrimPrefix(want, "sha256="), "app_secret_123", body, ErrSignatureInvalid},
+		"truncated":    {want[:40], "app_secret_123", body, ErrSignatureInvalid},
+		"not hex":      {"sha256=" + strings.Repeat("zz", 32), "app_secret_123", body, ErrSignatureInvalid},
+		"empty secret": {Sign(body, ""), "", body, ErrSignatureInvalid},
 	} {
 		if err := VerifySignature(tc.body, tc.header, tc.secret); !errors.Is(err, tc.want) {
 			t.Errorf("%s: err = %v, want %v", name, err, tc.want)
