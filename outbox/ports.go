@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"time"
 )
@@ -246,8 +247,11 @@ type MessageRequeueParams struct {
 // message, in the same order: a batch may partly fail. Messages of an ordered
 // group arrive in group order; a publisher that sends them one by one should
 // stop at the first failure and return ErrNotAttempted for the rest, so FIFO
-// holds. Publish must honour ctx: when it ends, return promptly (results for
-// unsent messages carrying ctx.Err() are retried).
+// holds. Publish must honour ctx: when it ends, return promptly. A message
+// the publisher never started to send should carry ErrNotAttempted (it may be
+// joined with ctx.Err()): it goes back to PENDING without an attempt counted.
+// A message whose send was interrupted should carry ctx.Err(): it counts as a
+// retryable attempt, since the provider may have received it.
 type Publisher interface {
 	Publish(ctx context.Context, msgs []Message) []Result
 }
@@ -298,7 +302,8 @@ var SystemClock Clock = systemClock{}
 // PublishEach returns a Publisher that publishes a batch one message at a
 // time with send, keeping the Publisher contract: when a message of an
 // ordered group fails, the group's later messages in the batch are not sent
-// (ErrNotAttempted), so FIFO holds; when ctx ends, the rest get ctx.Err().
+// (ErrNotAttempted), so FIFO holds; when ctx ends, the rest are not sent
+// (ErrNotAttempted joined with ctx.Err()).
 // Use it for providers without a batch API.
 func PublishEach(send func(ctx context.Context, m Message) Result) Publisher {
 	return PublisherFunc(func(ctx context.Context, msgs []Message) []Result {
@@ -307,7 +312,7 @@ func PublishEach(send func(ctx context.Context, m Message) Result) Publisher {
 		for i := range msgs {
 			m := msgs[i]
 			if err := ctx.Err(); err != nil {
-				out[i] = Result{Err: err}
+				out[i] = Result{Err: errors.Join(ErrNotAttempted, err)}
 				continue
 			}
 			if m.Group != "" && stopped[m.GroupKey()] {

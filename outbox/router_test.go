@@ -96,7 +96,7 @@ func TestPublishEachStopsAGroupAtItsFirstFailure(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if res := p.Publish(ctx, msgs[:1]); !errors.Is(res[0].Err, context.Canceled) {
+	if res := p.Publish(ctx, msgs[:1]); !errors.Is(res[0].Err, context.Canceled) || !errors.Is(res[0].Err, ErrNotAttempted) {
 		t.Fatalf("cancelled ctx: %+v", res)
 	}
 }

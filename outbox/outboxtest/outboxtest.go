@@ -12,6 +12,7 @@ package outboxtest
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -144,7 +145,7 @@ func (r *Recorder) Publish(ctx context.Context, msgs []outbox.Message) []outbox.
 	stopped := map[string]bool{}
 	for i, m := range msgs {
 		if err := ctx.Err(); err != nil {
-			out[i] = outbox.Result{Err: err}
+			out[i] = outbox.Result{Err: errors.Join(outbox.ErrNotAttempted, err)}
 			continue
 		}
 		if m.Group != "" && stopped[m.GroupKey()] {
