@@ -2,8 +2,8 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"time"
 )
 

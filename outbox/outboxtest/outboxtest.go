@@ -12,8 +12,8 @@ package outboxtest
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
