@@ -22,9 +22,13 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultBaseURL    = "https://graph.facebook.com"
+	// DefaultBaseURL is the Graph API root.
+	DefaultBaseURL = "https://graph.facebook.com"
+	// DefaultAPIVersion is a currently supported Graph API version
+	// (released 2026-02, supported until 2028-07).
 	DefaultAPIVersion = "v25.0"
-	DefaultTimeout    = 30 * time.Second
+	// DefaultTimeout bounds one Cloud API request.
+	DefaultTimeout = 30 * time.Second
 	// DefaultThroughput is Meta's default throughput per business phone
 	// number, in messages per second.
 	DefaultThroughput = 80
@@ -86,7 +90,9 @@ type Config struct {
 	Windows WindowStore
 	// Quotas, when set, counts every message against its tenant's quota and
 	// throttle; a used-up quota delays the message (CodeQuotaExceeded),
-	// never fails it. Rate-limit errors from Meta throttle the tenant here.
+	// never fails it. A message is counted when it is about to be sent
+	// (after the payload and window checks), whether or not Meta then
+	// accepts it. Rate-limit errors from Meta throttle the tenant here.
 	// Defaults to no quota.
 	Quotas QuotaStore
 	// Throughput is the most messages per second sent from one business

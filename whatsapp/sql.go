@@ -16,9 +16,12 @@ type Dialect string
 
 // The dialects SQLState speaks.
 const (
+	// DialectPostgres: PostgreSQL (e.g. through pgx's stdlib driver).
 	DialectPostgres Dialect = "postgres"
-	DialectMySQL    Dialect = "mysql" // MySQL 8 and MariaDB 10.6+
-	DialectSQLite   Dialect = "sqlite"
+	// DialectMySQL: MySQL 8 and MariaDB 10.6+ (go-sql-driver/mysql).
+	DialectMySQL Dialect = "mysql"
+	// DialectSQLite: SQLite (modernc.org/sqlite); set a busy timeout.
+	DialectSQLite Dialect = "sqlite"
 )
 
 // SQLOptions configures an SQLState.

@@ -30,7 +30,9 @@ const SignatureHeader = "X-Hub-Signature-256"
 
 // Signature errors returned by VerifySignature.
 var (
+	// ErrSignatureMissing: the request has no X-Hub-Signature-256.
 	ErrSignatureMissing = errors.New("whatsapp: webhook signature missing")
+	// ErrSignatureInvalid: the signature is malformed or does not match.
 	ErrSignatureInvalid = errors.New("whatsapp: webhook signature invalid")
 )
 
@@ -425,7 +427,8 @@ func (h *Webhook) notify(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// Resolve each change's tenant from its phone number ID.
-	tenants := map[string]string{} // phone number ID -> tenant ("" unknown)
+	tenants := map[string]string{} // phone number ID -> tenant
+	unknownPID := map[string]bool{}
 	known := map[string]bool{}
 	var changes []resolvedChange
 	for i := range n.Entry {
@@ -439,13 +442,16 @@ func (h *Webhook) notify(w http.ResponseWriter, r *http.Request) {
 				log.WarnContext(ctx, "whatsapp: webhook change without metadata.phone_number_id ignored", "field", n.Entry[i].Changes[j].Field)
 				continue
 			}
+			if unknownPID[pid] {
+				continue
+			}
 			t, seen := tenants[pid]
 			if !seen {
 				t, err = h.cfg.Credentials.TenantByPhoneNumberID(ctx, pid)
 				switch {
 				case errors.Is(err, ErrUnknownTenant):
 					log.WarnContext(ctx, "whatsapp: webhook for an unknown phone number id ignored", "phone_number_id", pid)
-					tenants[pid] = ""
+					unknownPID[pid] = true
 					continue
 				case err != nil:
 					log.ErrorContext(ctx, "whatsapp: resolving the tenant failed", "phone_number_id", pid, "err", err)
@@ -454,8 +460,6 @@ func (h *Webhook) notify(w http.ResponseWriter, r *http.Request) {
 				}
 				tenants[pid] = t
 				known[t] = true
-			} else if !known[t] {
-				continue
 			}
 			changes = append(changes, resolvedChange{tenant: t, pid: pid, value: v})
 		}

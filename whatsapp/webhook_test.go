@@ -613,3 +613,26 @@ func TestNewWebhookValidates(t *testing.T) {
 		t.Fatalf("no receipts: %v", err)
 	}
 }
+
+func TestWebhookSingleTenantIgnoresUnknownNumbers(t *testing.T) {
+	t.Parallel()
+	creds := StaticCredentials{"": {PhoneNumberID: testPhoneID, AccessToken: "x", AppSecret: testSecret, VerifyToken: testVerify}}
+	b := newHook(t, func(c *WebhookConfig) { c.Credentials = creds })
+	m := sentMessages(t, b.store, "", "wamid.ST", 1)[0]
+	now := time.Now().Unix()
+	// a change for an unknown number must not be applied to the "" tenant
+	body := []byte(strings.Replace(string(statusBody(testPhoneID, st("wamid.other", "delivered", now))), `"entry":[`,
+		`"entry":[{"id":"W2","changes":[{"field":"messages","value":{"metadata":{"phone_number_id":"999"},"statuses":[{"id":"`+m.ProviderMessageID+`","status":"failed","timestamp":"1"}]}}]},`, 1))
+	if w := post(b.hook, body, Sign(body, testSecret)); w.Code != 200 {
+		t.Fatalf("status %d", w.Code)
+	}
+	if got := get(t, b.store, "", m.ID); got.Status != outbox.StatusSent {
+		t.Fatalf("a change for an unknown number was applied: %s", got.Status)
+	}
+	r := httptest.NewRequest(http.MethodGet, "/?hub.mode=subscribe&hub.verify_token="+testVerify+"&hub.challenge=9", nil)
+	w := httptest.NewRecorder()
+	b.hook.ServeHTTP(w, r)
+	if w.Code != 200 || w.Body.String() != "9" {
+		t.Fatalf("single-tenant verification: %d %q", w.Code, w.Body)
+	}
+}
