@@ -1,15 +1,21 @@
 // Package storetest is the store conformance suite: the behaviour every
 // outbox.Store adapter must have, run by each adapter's tests against its
-// real database.
+// real database. One entry point, Run, runs every area as parallel subtests
+// (each on a fresh backend) and then a second tier that runs whole
+// outbox.Processors against the store.
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, storetest.Harness[*sql.Tx]{NewBackend: newBackend, Features: storetest.Features{...}})
+//		storetest.Run(t, storetest.Harness[*sql.Tx]{
+//			NewBackend: newBackend,
+//			Features:   storetest.Features{ConcurrentWriters: true},
+//		})
 //	}
 package storetest
 
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -33,14 +39,23 @@ type Backend[TTx any] struct {
 // Features declares what differs between stores.
 type Features struct {
 	// ConcurrentWriters is true when several transactions can enqueue at
-	// the same time without serialising (false for SQLite).
+	// the same time without serialising (false for SQLite). When true, the
+	// concurrency tests run more claimers at once.
 	ConcurrentWriters bool
+	// ProcessorMessages is the number of messages of the processor-tier
+	// FIFO test (4 processors, 100 groups, 20% retryable failures).
+	// Defaults to 10,000, or 1,000 with -short.
+	ProcessorMessages int
+	// ProcessorTimeout bounds each processor-tier test. Defaults to 3
+	// minutes.
+	ProcessorTimeout time.Duration
 }
 
 // Harness is what an adapter passes to Run.
 type Harness[TTx any] struct {
 	// NewBackend returns a fresh backend for t; it registers its own
-	// cleanup with t.Cleanup.
+	// cleanup with t.Cleanup. It is called once per subtest, from parallel
+	// subtests.
 	NewBackend func(t *testing.T) Backend[TTx]
 	Features   Features
 }

@@ -24,7 +24,8 @@ type queries struct {
 	messages, attempts string
 
 	insert, selectByKey, selectByID, selectByProvider string
-	claim, claimTopics                                string
+	claimUnordered, claimUnorderedTopics              string
+	nextGroupHead, groupPrefix, claimUpdate           string
 	sent, retry, dead, release                        string
 	insertAttempt                                     string
 }
@@ -42,29 +43,24 @@ func newQueries(prefix string) queries {
 	q.selectByProvider = `SELECT ` + messageCols + ` FROM ` + m +
 		` WHERE tenant = ? AND provider_message_id = ? ORDER BY seq DESC LIMIT 1`
 
-	// A due PENDING message is claimable unless an earlier message of its
-	// group (same tenant, topic and non-empty grp) is still open and not
-	// itself claimable: PROCESSING, or PENDING and not yet due. Because the
-	// candidates are taken in seq order up to the limit, within a group only
-	// a contiguous prefix of its open messages is ever claimed.
-	claimSelect := func(topics string) string {
-		return `SELECT c.seq FROM ` + m + ` c
-			WHERE c.status = 'PENDING' AND c.next_attempt_at <= ?1` + topics + `
-			AND (c.grp = '' OR NOT EXISTS (
-				SELECT 1 FROM ` + m + ` e
-				WHERE e.tenant = c.tenant AND e.topic = c.topic AND e.grp = c.grp AND e.seq < c.seq
-				AND e.status IN ('PENDING', 'PROCESSING')
-				AND (e.status = 'PROCESSING' OR e.next_attempt_at > ?1)))
-			ORDER BY c.seq LIMIT ?2`
-	}
-	claimUpdate := func(sel string) string {
-		return `UPDATE ` + m + ` SET status = 'PROCESSING', attempts = attempts + 1,
-			claimed_at = ?1, claimed_by = ?3, updated_at = ?1
-			WHERE seq IN (` + sel + `)
-			RETURNING ` + messageCols
-	}
-	q.claim = claimUpdate(claimSelect(""))
-	q.claimTopics = claimUpdate(claimSelect(` AND c.topic IN (SELECT value FROM json_each(?4))`))
+	// The claim reads due unordered messages in seq order, and walks the
+	// groups (one index seek per group with open messages) to read the
+	// claimable prefix of each: the group's open messages from its head up
+	// to the first one that is PROCESSING or not yet due.
+	q.claimUnordered = `SELECT seq FROM ` + m + ` WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= ?
+		ORDER BY seq LIMIT ?`
+	q.claimUnorderedTopics = `SELECT seq FROM ` + m + ` WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= ?
+		AND topic IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?`
+	q.nextGroupHead = `SELECT tenant, topic, grp, status, next_attempt_at FROM ` + m + `
+		WHERE status IN ('PENDING', 'PROCESSING') AND (tenant, topic, grp) > (?, ?, ?)
+		ORDER BY tenant, topic, grp, seq LIMIT 1`
+	q.groupPrefix = `SELECT seq, status, next_attempt_at FROM ` + m + `
+		WHERE tenant = ? AND topic = ? AND grp = ? AND status IN ('PENDING', 'PROCESSING')
+		ORDER BY seq LIMIT ? OFFSET ?`
+	q.claimUpdate = `UPDATE ` + m + ` SET status = 'PROCESSING', attempts = attempts + 1,
+		claimed_at = ?, claimed_by = ?, updated_at = ?
+		WHERE seq IN (SELECT value FROM json_each(?)) AND status = 'PENDING'
+		RETURNING ` + messageCols
 
 	fence := ` WHERE id = ? AND status = 'PROCESSING' AND claimed_by = ? AND attempts = ?`
 	q.sent = `UPDATE ` + m + ` SET status = 'SENT', provider_message_id = ?, sent_at = ?, updated_at = ?,

@@ -53,6 +53,9 @@ import (
 // outbox_schema_version.
 const DefaultTablePrefix = "outbox_"
 
+// DefaultClaimPerGroup is the default of Options.ClaimPerGroup.
+const DefaultClaimPerGroup = 10
+
 // DefaultBusyTimeout is how long Open's connections wait for SQLite's write
 // lock before failing with SQLITE_BUSY.
 const DefaultBusyTimeout = 5 * time.Second
@@ -66,6 +69,12 @@ type Options struct {
 	// uses the caller's connections as they are). Defaults to
 	// DefaultBusyTimeout.
 	BusyTimeout time.Duration
+	// ClaimPerGroup is the most messages of one group a claim takes while
+	// other groups still have claimable messages; when a claim finds fewer
+	// than its Limit, it takes more of the groups it cut. Keeping it small
+	// spreads a claim over groups and keeps the messages released after a
+	// failure few. Defaults to DefaultClaimPerGroup.
+	ClaimPerGroup int
 	// Clock stamps the store's writes when a call's Params carry no Now.
 	// Defaults to outbox.SystemClock.
 	Clock outbox.Clock
@@ -87,6 +96,10 @@ type Store struct {
 	closed    bool
 	done      chan struct{}
 	listeners map[chan struct{}]struct{}
+	cursor    groupKey // where the last claim's group walk stopped
+
+	claimPerGroup int
+	writeSem      chan struct{}
 }
 
 // Compile-time checks of the ports Store implements.
@@ -166,9 +179,14 @@ func New(db *sql.DB, opts Options) (*Store, error) {
 		log:       opts.Logger,
 		done:      make(chan struct{}),
 		listeners: map[chan struct{}]struct{}{},
+		writeSem:  make(chan struct{}, 1),
 	}
 	if s.clock == nil {
 		s.clock = outbox.SystemClock
+	}
+	s.claimPerGroup = opts.ClaimPerGroup
+	if s.claimPerGroup <= 0 {
+		s.claimPerGroup = DefaultClaimPerGroup
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -214,12 +232,24 @@ type querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
 }
 
 // writeTx runs fn in a BEGIN IMMEDIATE transaction on a dedicated
 // connection: the write lock is taken first, so the transaction never fails
 // on a lock upgrade, and concurrent writers wait up to the busy timeout.
+//
+// The store's own writers are also serialised in-process (writeSem), so they
+// queue in Go instead of polling SQLite's lock in the busy handler, whose
+// growing sleeps would otherwise throttle several processors sharing one
+// Store.
 func (s *Store) writeTx(ctx context.Context, fn func(q querier) error) (err error) {
+	select {
+	case s.writeSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.writeSem }()
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("sqlite: connection: %w", err)

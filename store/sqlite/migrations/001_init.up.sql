@@ -27,12 +27,13 @@ CREATE TABLE {{prefix}}messages (
     UNIQUE (tenant, idempotency_key)
 );
 
--- Claim: due PENDING messages in sequence order.
-CREATE INDEX {{prefix}}messages_pending_idx
-    ON {{prefix}}messages (seq, next_attempt_at) WHERE status = 'PENDING';
+-- Claim: due unordered (grp '') PENDING messages in sequence order.
+CREATE INDEX {{prefix}}messages_unordered_idx
+    ON {{prefix}}messages (seq, next_attempt_at, topic) WHERE status = 'PENDING' AND grp = '';
 
--- Claim: the open (PENDING or PROCESSING) messages of a group, to find an
--- earlier message that blocks a later one.
+-- Claim: the open (PENDING or PROCESSING) messages of each group in order;
+-- the claim walks the groups through it (one seek per group) and reads the
+-- claimable prefix of each.
 CREATE INDEX {{prefix}}messages_open_group_idx
     ON {{prefix}}messages (tenant, topic, grp, seq) WHERE status IN ('PENDING', 'PROCESSING');
 

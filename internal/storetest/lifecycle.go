@@ -1,0 +1,324 @@
+package storetest
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
+	t.Run("Sent", func(t *testing.T) {
+		e := setup(t, h)
+		m := e.enqueue(outbox.Message{Tenant: "a", Topic: "t", Payload: []byte(`1`)})[0]
+		c := e.claim("p", 1, e.at(time.Second))[0]
+		res := e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(2 * time.Second), Sent: []outbox.SentOutcome{{
+			ID: c.ID, Attempt: c.Attempts, ProviderMessageID: "wamid.1",
+			ProviderResponse: json.RawMessage(`{"messages":[{"id":"wamid.1"}]}`), StartedAt: e.at(time.Second),
+		}}})
+		if len(res.LeaseLost) != 0 {
+			t.Fatalf("LeaseLost %v", res.LeaseLost)
+		}
+		got := e.wantStatus("a", m.ID, outbox.StatusSent)
+		if got.ProviderMessageID != "wamid.1" || got.Attempts != 1 || got.ClaimedBy != "" || !got.ClaimedAt.IsZero() {
+			t.Fatalf("sent message: %+v; want provider ID wamid.1, 1 attempt, no lease", got)
+		}
+		wantTime(t, "SentAt", got.SentAt, e.at(2*time.Second))
+		wantTime(t, "UpdatedAt", got.UpdatedAt, e.at(2*time.Second))
+		as := e.attempts("a", m.ID)
+		if len(as) != 1 {
+			t.Fatalf("%d attempts recorded, want 1", len(as))
+		}
+		a := as[0]
+		if a.MessageID != m.ID || a.Tenant != "a" || a.Number != 1 || a.Outcome != outbox.AttemptSucceeded || a.Error != nil ||
+			!jsonEqual(a.ProviderResponse, []byte(`{"messages":[{"id":"wamid.1"}]}`)) {
+			t.Fatalf("attempt: %+v", a)
+		}
+		wantTime(t, "attempt StartedAt", a.StartedAt, e.at(time.Second))
+		wantTime(t, "attempt FinishedAt", a.FinishedAt, e.at(2*time.Second))
+		if got := e.claim("p", 10, e.at(time.Hour)); len(got) != 0 {
+			t.Fatal("a SENT message was claimed again")
+		}
+	})
+
+	t.Run("RetryThenSucceed", func(t *testing.T) {
+		e := setup(t, h)
+		m := e.enqueue(msg("t", "", 1))[0]
+		c := e.claim("p", 1, e.t0)[0]
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(time.Second), Retry: []outbox.RetryOutcome{{
+			ID: c.ID, Attempt: 1, NextAttemptAt: e.at(time.Minute), Error: outbox.ErrorInfo{Code: "http_503", Message: "unavailable"},
+			StartedAt: e.t0,
+		}}})
+		got := e.wantStatus("", m.ID, outbox.StatusPending)
+		if got.Attempts != 1 || got.LastError == nil || got.LastError.Code != "http_503" || got.LastError.Message != "unavailable" || got.ClaimedBy != "" {
+			t.Fatalf("retried message: %+v (last error %+v)", got, got.LastError)
+		}
+		wantTime(t, "NextAttemptAt", got.NextAttemptAt, e.at(time.Minute))
+		if c := e.claim("p", 1, e.at(59*time.Second)); len(c) != 0 {
+			t.Fatal("claimed before NextAttemptAt")
+		}
+		c = e.claim("p", 1, e.at(time.Minute))[0]
+		if c.Attempts != 2 {
+			t.Fatalf("second claim: attempts %d, want 2", c.Attempts)
+		}
+		e.sent("p", e.at(2*time.Minute), c)
+		as := e.attempts("", m.ID)
+		if len(as) != 2 || as[0].Number != 1 || as[0].Outcome != outbox.AttemptRetry || as[0].Error == nil || as[0].Error.Code != "http_503" ||
+			as[1].Number != 2 || as[1].Outcome != outbox.AttemptSucceeded {
+			t.Fatalf("attempts: %+v", as)
+		}
+		wantTime(t, "retry attempt NextAttemptAt", as[0].NextAttemptAt, e.at(time.Minute))
+	})
+
+	t.Run("Dead", func(t *testing.T) {
+		e := setup(t, h)
+		m := e.enqueue(msg("t", "", 1))[0]
+		c := e.claim("p", 1, e.t0)[0]
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Dead: []outbox.DeadOutcome{{
+			ID: c.ID, Attempt: 1, Error: outbox.ErrorInfo{Code: "131047", Message: "invalid parameter"},
+		}}})
+		got := e.wantStatus("", m.ID, outbox.StatusFailed)
+		if got.LastError == nil || got.LastError.Code != "131047" || got.ClaimedBy != "" {
+			t.Fatalf("dead letter: %+v", got)
+		}
+		as := e.attempts("", m.ID)
+		if len(as) != 1 || as[0].Outcome != outbox.AttemptFailed || as[0].Error == nil || as[0].Error.Message != "invalid parameter" {
+			t.Fatalf("attempts: %+v", as)
+		}
+		if got := e.claim("p", 10, e.at(time.Hour)); len(got) != 0 {
+			t.Fatal("a FAILED message was claimed")
+		}
+		wantCounts(t, e.count(""), map[outbox.Status]int64{outbox.StatusFailed: 1})
+	})
+
+	t.Run("ReleasedUncountsTheAttempt", func(t *testing.T) {
+		e := setup(t, h)
+		delayed := msg("t", "", 1)
+		delayed.NextAttemptAt = e.at(time.Minute)
+		m := e.enqueue(delayed)[0]
+		c := e.claim("p", 1, e.at(time.Minute))[0]
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(2 * time.Minute), Released: []outbox.ReleaseOutcome{{ID: c.ID, Attempt: c.Attempts}}})
+		got := e.wantStatus("", m.ID, outbox.StatusPending)
+		if got.Attempts != 0 || got.ClaimedBy != "" || !got.ClaimedAt.IsZero() {
+			t.Fatalf("released: %+v; want 0 attempts and no lease", got)
+		}
+		wantTime(t, "NextAttemptAt (unchanged)", got.NextAttemptAt, e.at(time.Minute))
+		if as := e.attempts("", m.ID); len(as) != 0 {
+			t.Fatalf("a release recorded attempts: %+v", as)
+		}
+		if c := e.claim("q", 1, e.at(2*time.Minute)); len(c) != 1 || c[0].Attempts != 1 {
+			t.Fatalf("claim after release: %+v; want it again with attempt 1", c)
+		}
+	})
+
+	t.Run("StaleOwnerIsFenced", func(t *testing.T) {
+		e := setup(t, h)
+		ms := e.enqueueN("t", "", 3)
+		old := e.claim("old", 3, e.t0)
+		// The lease of "old" expires; "new" takes the first two over.
+		if _, err := e.s.MessageRecover(e.ctx, outbox.MessageRecoverParams{ClaimedBefore: e.at(time.Minute), Now: e.at(time.Minute), MaxAttempts: 5}); err != nil {
+			t.Fatal(err)
+		}
+		fresh := e.claim("new", 2, e.at(time.Minute))
+		wantIDs(t, "new claim", fresh, ms[0], ms[1])
+
+		res := e.finish(outbox.MessageFinishParams{Owner: "old", Now: e.at(2 * time.Minute),
+			Sent:     []outbox.SentOutcome{{ID: old[0].ID, Attempt: 1, ProviderMessageID: "stale"}},
+			Retry:    []outbox.RetryOutcome{{ID: old[1].ID, Attempt: 1, NextAttemptAt: e.at(time.Hour), Error: outbox.ErrorInfo{Code: "x"}}},
+			Released: []outbox.ReleaseOutcome{{ID: old[2].ID, Attempt: 1}}, // recovered: PENDING, not PROCESSING
+		})
+		slices.Sort(res.LeaseLost)
+		want := []string{ms[0].ID, ms[1].ID, ms[2].ID}
+		slices.Sort(want)
+		if !slices.Equal(res.LeaseLost, want) {
+			t.Fatalf("LeaseLost %v, want %v", res.LeaseLost, want)
+		}
+		for i, m := range fresh {
+			got := e.wantStatus("", m.ID, outbox.StatusProcessing)
+			if got.ClaimedBy != "new" || got.Attempts != 2 || got.ProviderMessageID != "" {
+				t.Fatalf("message %d after a stale outcome: %+v", i, got)
+			}
+		}
+		if got := e.wantStatus("", ms[2].ID, outbox.StatusPending); got.Attempts != 1 {
+			t.Fatalf("a stale release changed attempts to %d", got.Attempts)
+		}
+		// Right owner, wrong attempt; and wrong owner, right attempt.
+		res = e.finish(outbox.MessageFinishParams{Owner: "new", Now: e.at(2 * time.Minute), Sent: []outbox.SentOutcome{{ID: fresh[0].ID, Attempt: 1}}})
+		if len(res.LeaseLost) != 1 {
+			t.Fatalf("an outcome for attempt 1 of a message at attempt 2 was applied")
+		}
+		res = e.finish(outbox.MessageFinishParams{Owner: "old", Now: e.at(2 * time.Minute), Sent: []outbox.SentOutcome{{ID: fresh[0].ID, Attempt: 2}}})
+		if len(res.LeaseLost) != 1 {
+			t.Fatalf("an outcome from another owner was applied")
+		}
+		// The stale outcomes left no SUCCEEDED attempt behind.
+		for _, a := range e.attempts("", fresh[0].ID) {
+			if a.Outcome == outbox.AttemptSucceeded {
+				t.Fatalf("a fenced outcome recorded an attempt: %+v", a)
+			}
+		}
+		// The live owner still finishes.
+		e.sent("new", e.at(3*time.Minute), fresh...)
+	})
+
+	t.Run("MixedBatch", func(t *testing.T) {
+		e := setup(t, h)
+		ms := e.enqueueN("t", "", 4)
+		c := e.claim("p", 4, e.t0)
+		res := e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(time.Second),
+			Sent:     []outbox.SentOutcome{{ID: c[0].ID, Attempt: 1, ProviderMessageID: "x0"}},
+			Retry:    []outbox.RetryOutcome{{ID: c[1].ID, Attempt: 1, NextAttemptAt: e.at(time.Minute), Error: outbox.ErrorInfo{Code: "r"}}},
+			Dead:     []outbox.DeadOutcome{{ID: c[2].ID, Attempt: 1, Error: outbox.ErrorInfo{Code: "d"}}},
+			Released: []outbox.ReleaseOutcome{{ID: c[3].ID, Attempt: 1}},
+		})
+		if len(res.LeaseLost) != 0 {
+			t.Fatalf("LeaseLost %v", res.LeaseLost)
+		}
+		e.wantStatus("", ms[0].ID, outbox.StatusSent)
+		e.wantStatus("", ms[1].ID, outbox.StatusPending)
+		e.wantStatus("", ms[2].ID, outbox.StatusFailed)
+		e.wantStatus("", ms[3].ID, outbox.StatusPending)
+		wantCounts(t, e.count(""), map[outbox.Status]int64{outbox.StatusSent: 1, outbox.StatusPending: 2, outbox.StatusFailed: 1})
+		if _, err := e.s.MessageFinish(e.ctx, outbox.MessageFinishParams{Now: e.t0, Sent: []outbox.SentOutcome{{ID: ms[0].ID, Attempt: 1}}}); err == nil {
+			t.Fatal("MessageFinish without an Owner was accepted")
+		}
+	})
+}
+
+func testRecover[TTx any](t *testing.T, h Harness[TTx]) {
+	t.Run("ExpiredLeasesOnly", func(t *testing.T) {
+		e := setup(t, h)
+		ms := e.enqueueN("t", "g", 1)
+		other := e.enqueueN("t", "", 1)
+		e.claim("dead-processor", 1, e.t0)
+		e.claim("live-processor", 1, e.at(10*time.Minute))
+		res, err := e.s.MessageRecover(e.ctx, outbox.MessageRecoverParams{ClaimedBefore: e.at(5 * time.Minute), Now: e.at(15 * time.Minute), MaxAttempts: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Recovered != 1 || res.DeadLettered != 0 {
+			t.Fatalf("MessageRecover: %+v, want 1 recovered", res)
+		}
+		got := e.wantStatus("", ms[0].ID, outbox.StatusPending)
+		if got.ClaimedBy != "" || got.Attempts != 1 {
+			t.Fatalf("recovered message: %+v; want no lease and the attempt still counted", got)
+		}
+		if got := e.wantStatus("", other[0].ID, outbox.StatusProcessing); got.ClaimedBy != "live-processor" {
+			t.Fatalf("a live lease was touched: %+v", got)
+		}
+		c := e.claim("p", 10, e.at(15*time.Minute))
+		wantIDs(t, "claim after recovery", c, ms[0])
+		if c[0].Attempts != 2 {
+			t.Fatalf("attempts %d, want 2", c[0].Attempts)
+		}
+		res, err = e.s.MessageRecover(e.ctx, outbox.MessageRecoverParams{ClaimedBefore: e.at(5 * time.Minute), Now: e.at(15 * time.Minute), MaxAttempts: 5})
+		if err != nil || res.Recovered != 0 || res.DeadLettered != 0 {
+			t.Fatalf("second MessageRecover: %+v, %v; want nothing", res, err)
+		}
+	})
+
+	t.Run("ExhaustedAttemptsDeadLetter", func(t *testing.T) {
+		e := setup(t, h)
+		own := msg("t", "", 1)
+		own.MaxAttempts = 1
+		ms := e.enqueue(own, msg("t", "", 2), msg("t", "", 3))
+		withDefault := ms[1]
+		e.claim("p", 3, e.t0)
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Retry: []outbox.RetryOutcome{{ID: ms[2].ID, Attempt: 1, NextAttemptAt: e.t0, Error: outbox.ErrorInfo{Code: "x"}}}})
+		e.claim("p", 3, e.t0) // ms[2], attempt 2
+		// ms[0] used its own 1 attempt; ms[1] has 1 of the default 2; ms[2] 2 of 2.
+		res, err := e.s.MessageRecover(e.ctx, outbox.MessageRecoverParams{ClaimedBefore: e.at(time.Minute), Now: e.at(time.Minute), MaxAttempts: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Recovered != 1 || res.DeadLettered != 2 {
+			t.Fatalf("MessageRecover: %+v, want 1 recovered and 2 dead-lettered", res)
+		}
+		for _, id := range []string{ms[0].ID, ms[2].ID} {
+			got := e.wantStatus("", id, outbox.StatusFailed)
+			if got.LastError == nil || got.LastError.Code != "lease_expired" || got.ClaimedBy != "" {
+				t.Fatalf("dead-lettered by recovery: %+v (last error %+v); want code lease_expired", got, got.LastError)
+			}
+		}
+		e.wantStatus("", withDefault.ID, outbox.StatusPending)
+	})
+}
+
+func testOperator[TTx any](t *testing.T, h Harness[TTx]) {
+	t.Run("RequeueDeadLetter", func(t *testing.T) {
+		e := setup(t, h)
+		m := e.enqueue(outbox.Message{Tenant: "a", Topic: "t", Payload: []byte(`1`)})[0]
+		c := e.claim("p", 1, e.t0)[0]
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Dead: []outbox.DeadOutcome{{ID: c.ID, Attempt: 1, Error: outbox.ErrorInfo{Code: "x"}}}})
+
+		_, err := e.s.MessageRequeue(e.ctx, outbox.MessageRequeueParams{Tenant: "b", ID: m.ID, Now: e.at(time.Hour)})
+		wantErrIs(t, "MessageRequeue from another tenant", err, outbox.ErrNotFound)
+		e.wantStatus("a", m.ID, outbox.StatusFailed)
+
+		got, err := e.s.MessageRequeue(e.ctx, outbox.MessageRequeueParams{Tenant: "a", ID: m.ID, Now: e.at(time.Hour)})
+		if err != nil {
+			t.Fatalf("MessageRequeue: %v", err)
+		}
+		if got.Status != outbox.StatusPending || got.Attempts != 0 || got.ID != m.ID {
+			t.Fatalf("requeued: %+v", got)
+		}
+		wantTime(t, "requeued NextAttemptAt", got.NextAttemptAt, e.at(time.Hour))
+		stored := e.wantStatus("a", m.ID, outbox.StatusPending)
+		if stored.Attempts != 0 {
+			t.Fatalf("stored attempts %d, want 0", stored.Attempts)
+		}
+		c2 := e.claim("p", 1, e.at(time.Hour))
+		if len(c2) != 1 || c2[0].Attempts != 1 {
+			t.Fatalf("claim after requeue: %+v", c2)
+		}
+		// The history is kept.
+		if as := e.attempts("a", m.ID); len(as) != 1 {
+			t.Fatalf("attempts after requeue: %d, want the 1 earlier attempt", len(as))
+		}
+	})
+
+	t.Run("RequeueRefusesOtherStatuses", func(t *testing.T) {
+		e := setup(t, h)
+		ms := e.enqueueN("t", "", 3)
+		c := e.claim("p", 2, e.t0)
+		e.sent("p", e.t0, c[0]) // ms[0] SENT, ms[1] PROCESSING, ms[2] PENDING
+		for i, want := range []outbox.Status{outbox.StatusSent, outbox.StatusProcessing, outbox.StatusPending} {
+			_, err := e.s.MessageRequeue(e.ctx, outbox.MessageRequeueParams{ID: ms[i].ID, Now: e.t0})
+			wantErrIs(t, "MessageRequeue of a "+string(want)+" message", err, outbox.ErrInvalidTransition)
+			e.wantStatus("", ms[i].ID, want)
+		}
+		_, err := e.s.MessageRequeue(e.ctx, outbox.MessageRequeueParams{ID: "01ARZ3NDEKTSV4RRFFQ69G5FAV", Now: e.t0})
+		wantErrIs(t, "MessageRequeue of an unknown ID", err, outbox.ErrNotFound)
+	})
+
+	t.Run("Cancel", func(t *testing.T) {
+		e := setup(t, h)
+		ms := e.enqueue(outbox.Message{Tenant: "a", Topic: "t", Payload: []byte(`1`)}, outbox.Message{Tenant: "a", Topic: "t", Payload: []byte(`2`)},
+			outbox.Message{Tenant: "a", Topic: "t", Payload: []byte(`3`)})
+
+		_, err := e.s.MessageCancel(e.ctx, outbox.MessageCancelParams{Tenant: "b", ID: ms[2].ID, Now: e.t0})
+		wantErrIs(t, "MessageCancel from another tenant", err, outbox.ErrNotFound)
+		e.wantStatus("a", ms[2].ID, outbox.StatusPending)
+
+		got, err := e.s.MessageCancel(e.ctx, outbox.MessageCancelParams{Tenant: "a", ID: ms[2].ID, Now: e.at(time.Second)})
+		if err != nil {
+			t.Fatalf("MessageCancel: %v", err)
+		}
+		if got.Status != outbox.StatusCancelled {
+			t.Fatalf("cancelled: status %s", got.Status)
+		}
+		c := e.claim("p", 10, e.at(time.Hour))
+		wantIDs(t, "claim after cancel", c, ms[0], ms[1])
+		e.sent("p", e.at(time.Hour), c[0]) // ms[0] SENT, ms[1] PROCESSING
+		for i, want := range []outbox.Status{outbox.StatusSent, outbox.StatusProcessing, outbox.StatusCancelled} {
+			_, err := e.s.MessageCancel(e.ctx, outbox.MessageCancelParams{Tenant: "a", ID: ms[i].ID, Now: e.t0})
+			wantErrIs(t, "MessageCancel of a "+string(want)+" message", err, outbox.ErrInvalidTransition)
+			e.wantStatus("a", ms[i].ID, want)
+		}
+		_, err = e.s.MessageCancel(e.ctx, outbox.MessageCancelParams{Tenant: "a", ID: "01ARZ3NDEKTSV4RRFFQ69G5FAV", Now: e.t0})
+		wantErrIs(t, "MessageCancel of an unknown ID", err, outbox.ErrNotFound)
+		wantCounts(t, e.count("a"), map[outbox.Status]int64{outbox.StatusSent: 1, outbox.StatusProcessing: 1, outbox.StatusCancelled: 1})
+	})
+}

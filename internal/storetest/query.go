@@ -1,0 +1,160 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+func (e *env[TTx]) list(p outbox.MessageListParams) outbox.MessagePage {
+	e.t.Helper()
+	page, err := e.s.MessageList(e.ctx, p)
+	if err != nil {
+		e.t.Fatalf("MessageList(%+v): %v", p, err)
+	}
+	return page
+}
+
+// listAll pages through a listing with page size limit.
+func (e *env[TTx]) listAll(p outbox.MessageListParams) (all []outbox.Message, pages int) {
+	e.t.Helper()
+	for {
+		page := e.list(p)
+		pages++
+		if len(page.Messages) > p.Limit && p.Limit > 0 {
+			e.t.Fatalf("page of %d messages, limit %d", len(page.Messages), p.Limit)
+		}
+		all = append(all, page.Messages...)
+		if page.NextAfterSeq == 0 {
+			return all, pages
+		}
+		if pages > 1000 {
+			e.t.Fatal("MessageList never ends")
+		}
+		p.AfterSeq = page.NextAfterSeq
+	}
+}
+
+func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
+	t.Run("Pagination", func(t *testing.T) {
+		e := setup(t, h)
+		ms := e.enqueueN("t", "g", 25)
+		all, pages := e.listAll(outbox.MessageListParams{Limit: 10})
+		wantIDs(t, "all pages", all, ms...)
+		if pages != 3 {
+			t.Fatalf("%d pages of 10 for 25 messages, want 3", pages)
+		}
+		// An exact multiple of the page size still ends.
+		all, _ = e.listAll(outbox.MessageListParams{Limit: 5})
+		wantIDs(t, "pages of 5", all, ms...)
+		// Default limit.
+		if page := e.list(outbox.MessageListParams{}); len(page.Messages) != 25 || page.NextAfterSeq != 0 {
+			t.Fatalf("default listing: %d messages, next %d", len(page.Messages), page.NextAfterSeq)
+		}
+		_, err := e.s.MessageList(e.ctx, outbox.MessageListParams{Status: "QUEUED"})
+		wantErrIs(t, "MessageList with an unknown status", err, outbox.ErrInvalidInput)
+	})
+
+	t.Run("Filters", func(t *testing.T) {
+		e := setup(t, h)
+		ms := e.enqueue(msg("a", "g1", 0), msg("a", "g2", 1), msg("b", "g1", 2), msg("a", "g1", 3))
+		e.sent("p", e.t0, e.claim("p", 1, e.t0)...) // ms[0] SENT
+		wantIDs(t, "topic a", e.list(outbox.MessageListParams{Topic: "a"}).Messages, ms[0], ms[1], ms[3])
+		wantIDs(t, "group g1", e.list(outbox.MessageListParams{Group: "g1"}).Messages, ms[0], ms[2], ms[3])
+		wantIDs(t, "topic a group g1 PENDING", e.list(outbox.MessageListParams{Topic: "a", Group: "g1", Status: outbox.StatusPending}).Messages, ms[3])
+		wantIDs(t, "SENT", e.list(outbox.MessageListParams{Status: outbox.StatusSent}).Messages, ms[0])
+	})
+
+	t.Run("CountsByStatus", func(t *testing.T) {
+		e := setup(t, h)
+		wantCounts(t, e.count(""), nil)
+		ms := e.enqueueN("t", "", 7)
+		c := e.claim("p", 5, e.t0) // ms[0..4]
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0,
+			Sent: []outbox.SentOutcome{{ID: c[0].ID, Attempt: 1, ProviderMessageID: "p0"}, {ID: c[1].ID, Attempt: 1, ProviderMessageID: "p1"}},
+			Dead: []outbox.DeadOutcome{{ID: c[2].ID, Attempt: 1, Error: outbox.ErrorInfo{Code: "x"}}},
+		})
+		e.receipt(outbox.Receipt{ProviderMessageID: "p1", Status: outbox.DeliveryDelivered, At: e.t0})
+		if _, err := e.s.MessageCancel(e.ctx, outbox.MessageCancelParams{ID: ms[5].ID, Now: e.t0}); err != nil {
+			t.Fatal(err)
+		}
+		wantCounts(t, e.count(""), map[outbox.Status]int64{
+			outbox.StatusPending: 1, outbox.StatusProcessing: 2, outbox.StatusSent: 1,
+			outbox.StatusDelivered: 1, outbox.StatusFailed: 1, outbox.StatusCancelled: 1,
+		})
+	})
+
+	t.Run("PruneOldFinishedOnly", func(t *testing.T) {
+		e := setup(t, h)
+		old := e.enqueueN("t", "", 6)
+		c := e.claim("p", 4, e.t0) // old[0..3] PROCESSING since t0
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0,
+			Sent: []outbox.SentOutcome{{ID: c[0].ID, Attempt: 1}},
+			Dead: []outbox.DeadOutcome{{ID: c[1].ID, Attempt: 1, Error: outbox.ErrorInfo{Code: "x"}}},
+		})
+		if _, err := e.s.MessageCancel(e.ctx, outbox.MessageCancelParams{ID: old[4].ID, Now: e.t0}); err != nil {
+			t.Fatal(err)
+		}
+		// old[2], old[3] PROCESSING, old[5] PENDING: old but not finished.
+		recent := e.enqueueN("t", "", 1)
+		e.sent("p", e.at(time.Hour), e.claim("p", 1, e.at(time.Hour))...)
+
+		_, err := e.s.MessagePrune(e.ctx, outbox.MessagePruneParams{})
+		wantErrIs(t, "MessagePrune without Before", err, outbox.ErrInvalidInput)
+
+		n, err := e.s.MessagePrune(e.ctx, outbox.MessagePruneParams{Before: e.at(time.Minute), Limit: 2})
+		if err != nil || n != 2 {
+			t.Fatalf("MessagePrune with limit 2: %d, %v; want 2", n, err)
+		}
+		n, err = e.s.MessagePrune(e.ctx, outbox.MessagePruneParams{Before: e.at(time.Minute)})
+		if err != nil || n != 1 {
+			t.Fatalf("second MessagePrune: %d, %v; want the 1 left", n, err)
+		}
+		for _, m := range []outbox.Message{old[0], old[1], old[4]} {
+			_, err := e.s.MessageGet(e.ctx, outbox.MessageGetParams{ID: m.ID})
+			wantErrIs(t, "MessageGet of a pruned message", err, outbox.ErrNotFound)
+			as, err := e.s.AttemptList(e.ctx, outbox.AttemptListParams{MessageID: m.ID})
+			if len(as) != 0 {
+				t.Fatalf("a pruned message kept its attempts: %+v, %v", as, err)
+			}
+		}
+		for _, m := range []outbox.Message{old[2], old[3], old[5], recent[0]} {
+			e.get("", m.ID)
+		}
+		wantCounts(t, e.count(""), map[outbox.Status]int64{outbox.StatusProcessing: 2, outbox.StatusPending: 1, outbox.StatusSent: 1})
+	})
+
+	t.Run("TenantIsolation", func(t *testing.T) {
+		e := setup(t, h)
+		a := e.enqueue(outbox.Message{Tenant: "a", Topic: "t", IdempotencyKey: "k", Payload: []byte(`1`)},
+			outbox.Message{Tenant: "a", Topic: "t", Payload: []byte(`2`)})
+		b := e.enqueue(outbox.Message{Tenant: "b", Topic: "t", IdempotencyKey: "k", Payload: []byte(`3`)})
+		if a[0].ID == b[0].ID {
+			t.Fatal("the same key in two tenants gave one message")
+		}
+		_, err := e.s.MessageGet(e.ctx, outbox.MessageGetParams{Tenant: "b", ID: a[0].ID})
+		wantErrIs(t, "MessageGet of another tenant's message", err, outbox.ErrNotFound)
+		_, err = e.s.MessageGet(e.ctx, outbox.MessageGetParams{Tenant: "", ID: a[0].ID})
+		wantErrIs(t, "MessageGet with the empty tenant", err, outbox.ErrNotFound)
+		wantIDs(t, "list a", e.list(outbox.MessageListParams{Tenant: "a"}).Messages, a...)
+		wantIDs(t, "list b", e.list(outbox.MessageListParams{Tenant: "b"}).Messages, b...)
+		wantIDs(t, "list c", e.list(outbox.MessageListParams{Tenant: "c"}).Messages)
+		wantCounts(t, e.count("a"), map[outbox.Status]int64{outbox.StatusPending: 2})
+		wantCounts(t, e.count("b"), map[outbox.Status]int64{outbox.StatusPending: 1})
+		all, err := e.s.MessageCount(e.ctx, outbox.MessageCountParams{AllTenants: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCounts(t, all, map[outbox.Status]int64{outbox.StatusPending: 3})
+		// Attempts are tenant-scoped too.
+		c := e.claim("p", 3, e.t0)
+		e.sent("p", e.t0, c...)
+		if as, err := e.s.AttemptList(e.ctx, outbox.AttemptListParams{Tenant: "b", MessageID: a[0].ID}); len(as) != 0 {
+			t.Fatalf("AttemptList of another tenant's message: %+v, %v", as, err)
+		}
+		if as := e.attempts("a", a[0].ID); len(as) != 1 {
+			t.Fatalf("AttemptList: %d attempts, want 1", len(as))
+		}
+	})
+}

@@ -1,0 +1,49 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"testing"
+
+	"github.com/outboxkit/outboxkit/internal/storetest"
+	"github.com/outboxkit/outboxkit/store/sqlite"
+)
+
+// newStore opens a migrated store on a fresh file in t's temp dir.
+func newStore(t *testing.T, opts sqlite.Options) *sqlite.Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "outbox.db"), opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return st
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, storetest.Harness[*sql.Tx]{
+		NewBackend: func(t *testing.T) storetest.Backend[*sql.Tx] {
+			st := newStore(t, sqlite.Options{})
+			return storetest.Backend[*sql.Tx]{
+				Store:    st,
+				Enqueuer: st,
+				Begin: func(ctx context.Context) (*sql.Tx, error) {
+					return st.DB().BeginTx(ctx, nil)
+				},
+				Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
+				Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
+				Usable: func(ctx context.Context, tx *sql.Tx) error {
+					var one int
+					return tx.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+				},
+			}
+		},
+		Features: storetest.Features{ConcurrentWriters: false},
+	})
+}
