@@ -3,9 +3,14 @@ package postgres
 import (
 	"context"
 	"sort"
+	"time"
 
 	"github.com/outboxkit/outboxkit/outbox"
 )
+
+// claimTimeout bounds a claim, which does not stop when its caller's
+// context ends (see MessageClaim).
+const claimTimeout = 30 * time.Second
 
 // MaxClaimLimit is the largest MessageClaimParams.Limit the store accepts.
 const MaxClaimLimit = 10000
@@ -25,6 +30,11 @@ const MaxClaimLimit = 10000
 // is full and yields fewer than Limit messages (long backlogs behind groups
 // that are blocked), a second statement visits every group with unfinished
 // messages, so no group starves behind blocked ones.
+//
+// ctx is checked before the claim starts; once started, the claim runs to
+// completion (at most 30 s) even if ctx ends, and returns the messages it
+// leased: a claim committed by the server but abandoned by the client would
+// leave its messages leased until recovery.
 func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
 	if p.Limit <= 0 || p.Limit > MaxClaimLimit {
 		return nil, outbox.InvalidParam("Limit", "must be between 1 and 10000")
@@ -37,6 +47,16 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 			return nil, outbox.InvalidParam("Topics", "contains an empty topic")
 		}
 	}
+	// A claim commits on the server in one statement: if ctx ended while it
+	// ran, the client would lose messages the server leased (they would wait
+	// for lease recovery). So ctx is checked before the claim starts, and
+	// the claim then runs to completion (bounded by claimTimeout) and
+	// returns what it leased; the caller releases what it will not publish.
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
 	now := s.at(p.Now)
 	owner := text(p.Owner)
 	budget := min(max(4*p.Limit, 1000), 20000)
