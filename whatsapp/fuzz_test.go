@@ -1,11 +1,15 @@
 package whatsapp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -116,6 +120,53 @@ func FuzzBuildRequest(f *testing.F) {
 		}
 		if req.Template != (b["type"] == "template") {
 			t.Fatalf("Template = %v for type %v", req.Template, b["type"])
+		}
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// FuzzErrorResponse feeds arbitrary Cloud API answers to the publisher: it
+// never panics, a non-2xx answer is always a *outbox.PublishError with a
+// code, and the token never reaches the stored error.
+func FuzzErrorResponse(f *testing.F) {
+	f.Add(400, []byte(`{"error":{"message":"(#131047) Re-engagement message","type":"OAuthException","code":131047,"error_data":{"details":"More than 24 hours"},"fbtrace_id":"x"}}`), "")
+	f.Add(429, []byte(``), "120")
+	f.Add(500, []byte(`{"error":{"code":"131000"}}`), "Wed, 21 Oct 2015 07:28:00 GMT")
+	f.Add(200, []byte(`{"messages":[{"id":"wamid.1"}]}`), "")
+	f.Add(200, []byte(`{"messages":[{"id":""}]}`), "")
+	f.Add(403, []byte(`{"error":{"code":-1,"message":"`+testToken+`"}}`), "-5")
+	f.Fuzz(func(t *testing.T, status int, body []byte, retryAfter string) {
+		if status < 100 || status > 999 {
+			return
+		}
+		client := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			h := http.Header{}
+			h.Set("Retry-After", retryAfter)
+			return &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(bytes.NewReader(body)), Request: r}, nil
+		})}
+		p, err := NewPublisher(Config{Credentials: testCreds(), HTTPClient: client, Throughput: -1, Quotas: NewMemoryState(QuotaOptions{})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := p.Send(context.Background(), &outbox.Message{ID: "m", Tenant: "org-1", Topic: "whatsapp", Payload: []byte(templatePayload)})
+		if r.Err == nil {
+			if status < 200 || status > 299 || r.ProviderMessageID == "" {
+				t.Fatalf("success for status %d without an id", status)
+			}
+			return
+		}
+		var pe *outbox.PublishError
+		if !errors.As(r.Err, &pe) || pe.Code == "" {
+			t.Fatalf("error %v is not a coded PublishError", r.Err)
+		}
+		if pe.RetryAfter < 0 || pe.RetryAfter > 7*24*time.Hour {
+			t.Fatalf("RetryAfter %v", pe.RetryAfter)
+		}
+		if strings.Contains(pe.Message, testToken) || strings.Contains(string(r.ProviderResponse), testToken) {
+			t.Fatal("the token leaked")
 		}
 	})
 }
