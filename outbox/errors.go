@@ -126,6 +126,35 @@ func RetryAfter(d time.Duration, code, message string) error {
 	return &PublishError{Code: code, Message: message, RetryAfter: d}
 }
 
+// DeferError asks the processor to try a message again after Delay without
+// counting an attempt: the publisher did not (or could not usefully) send it,
+// e.g. the tenant's quota is used up or the tenant is throttled. A deferred
+// message is never dead-lettered for it. In an ordered group it holds back
+// the group's later messages, like a retry. It matches ErrNotAttempted.
+type DeferError struct {
+	Delay   time.Duration
+	Code    string
+	Message string
+}
+
+func (e *DeferError) Error() string {
+	return fmt.Sprintf("publish deferred for %s (code %s): %s", e.Delay, e.Code, e.Message)
+}
+
+// Is makes errors.Is(err, ErrNotAttempted) true.
+func (e *DeferError) Is(target error) bool { return target == ErrNotAttempted }
+
+// Retryable reports true: a deferred message is tried again.
+func (e *DeferError) Retryable() bool { return true }
+
+// RetryDelay returns Delay.
+func (e *DeferError) RetryDelay() time.Duration { return e.Delay }
+
+// Defer returns a *DeferError: try again after d, no attempt counted.
+func Defer(d time.Duration, code, message string) error {
+	return &DeferError{Delay: d, Code: code, Message: message}
+}
+
 // IsRetryable reports whether a publish error may succeed later. An error
 // that says so through a Retryable() bool method (found with errors.As) is
 // believed; any other error (a network error, a timeout) is retryable.
@@ -160,6 +189,10 @@ func ErrorInfoOf(err error) *ErrorInfo {
 	var pe *PublishError
 	if errors.As(err, &pe) {
 		return &ErrorInfo{Code: pe.Code, Message: truncate(pe.Message, 1000)}
+	}
+	var de *DeferError
+	if errors.As(err, &de) {
+		return &ErrorInfo{Code: de.Code, Message: truncate(de.Message, 1000)}
 	}
 	return &ErrorInfo{Code: "error", Message: truncate(err.Error(), 1000)}
 }

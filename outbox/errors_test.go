@@ -62,3 +62,15 @@ func TestValidationAndPolicyErrors(t *testing.T) {
 		t.Fatal("PolicyError must match ErrBlockedByPolicy")
 	}
 }
+
+func TestDeferError(t *testing.T) {
+	t.Parallel()
+	err := fmt.Errorf("quota: %w", Defer(time.Hour, "quota_exceeded", "1000 of 1000 used"))
+	var de *DeferError
+	if !errors.As(err, &de) || !errors.Is(err, ErrNotAttempted) || !IsRetryable(err) || RetryDelayOf(err) != time.Hour {
+		t.Fatalf("defer error: %v", err)
+	}
+	if info := ErrorInfoOf(err); info.Code != "quota_exceeded" {
+		t.Fatalf("ErrorInfoOf: %+v", info)
+	}
+}

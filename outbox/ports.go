@@ -162,11 +162,17 @@ type (
 		ProviderResponse json.RawMessage
 		StartedAt        time.Time
 	}
-	// ReleaseOutcome: claimed but not attempted; PENDING again with the
-	// attempt not counted, NextAttemptAt unchanged.
+	// ReleaseOutcome: claimed but not attempted (or deferred); PENDING
+	// again with the attempt not counted. NextAttemptAt, when set, is the
+	// new due time (a deferral: quota exhausted, throttled); zero keeps
+	// the message's due time.
 	ReleaseOutcome struct {
-		ID      string
-		Attempt int
+		ID            string
+		Attempt       int
+		NextAttemptAt time.Time
+		// Error, when set with NextAttemptAt, is stored as LastError (why
+		// the message was deferred).
+		Error *ErrorInfo
 	}
 )
 

@@ -398,6 +398,7 @@ func (p *Processor) publish(g *groupWorker, batch []Message) (blocked bool) {
 		results := p.callPublisher(live)
 		finished := p.cfg.Clock.Now()
 		failed := false
+		var deferred *DeferError
 		for i := range live {
 			m := live[i]
 			r := results[i]
@@ -406,6 +407,11 @@ func (p *Processor) publish(g *groupWorker, batch []Message) (blocked bool) {
 				// Also after an earlier failure in an ordered group: the
 				// publisher sent it, so record the truth.
 				fb.add(m, outcomeSent, r, now, time.Time{})
+			case errors.As(r.Err, &deferred) && deferred.Delay > 0:
+				fb.add(m, outcomeRelease, r, now, finished.Add(deferred.Delay))
+				if g.ordered {
+					failed = true
+				}
 			case errors.Is(r.Err, ErrNotAttempted):
 				fb.add(m, outcomeRelease, r, now, time.Time{})
 				if g.ordered {
@@ -500,7 +506,11 @@ func (p *Processor) record(batches []*finishBatch) {
 			case outcomeDead:
 				params.Dead = append(params.Dead, DeadOutcome{ID: m.ID, Attempt: m.Attempts, Error: *ErrorInfoOf(o.res.Err), ProviderResponse: o.res.ProviderResponse, StartedAt: o.started})
 			case outcomeRelease:
-				params.Released = append(params.Released, ReleaseOutcome{ID: m.ID, Attempt: m.Attempts})
+				rel := ReleaseOutcome{ID: m.ID, Attempt: m.Attempts, NextAttemptAt: o.nextAt}
+				if !o.nextAt.IsZero() {
+					rel.Error = ErrorInfoOf(o.res.Err)
+				}
+				params.Released = append(params.Released, rel)
 			}
 			count++
 		}
