@@ -148,27 +148,40 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, lead func(ctx contex
 		defer close(done)
 		lead(lctx)
 	}()
-	tick := time.NewTicker(e.opts.CheckInterval)
-	defer tick.Stop()
-	healthy := true
-loop:
-	for {
+	// Watch the lock's connection: a blocked read returns at once when the
+	// server ends the session (restart, termination), and a ping every
+	// CheckInterval catches a silent network loss.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	go func() {
 		select {
-		case <-ctx.Done():
-			break loop
 		case <-done:
-			break loop
-		case <-tick.C:
-			pctx, pcancel := context.WithTimeout(ctx, e.opts.CheckInterval)
-			err := conn.Ping(pctx)
+		case <-watchCtx.Done():
+		}
+		stopWatch()
+	}()
+	healthy := true
+	for watchCtx.Err() == nil {
+		wctx, wcancel := context.WithTimeout(watchCtx, e.opts.CheckInterval)
+		_, err := conn.WaitForNotification(wctx)
+		wcancel()
+		if watchCtx.Err() != nil {
+			break
+		}
+		if err != nil && (errors.Is(err, context.DeadlineExceeded) || pgconnTimeout(err)) {
+			pctx, pcancel := context.WithTimeout(watchCtx, e.opts.CheckInterval)
+			err = conn.Ping(pctx)
 			pcancel()
-			if err != nil && ctx.Err() == nil {
-				e.s.log.WarnContext(ctx, "outboxkit/postgres: leader lost its lock's connection, stepping down", "err", err)
-				healthy = false
-				break loop
+			if err != nil && watchCtx.Err() != nil {
+				break
 			}
 		}
+		if err != nil {
+			e.s.log.WarnContext(ctx, "outboxkit/postgres: leader lost its lock's connection, stepping down", "err", err)
+			healthy = false
+			break
+		}
 	}
+	stopWatch()
 	e.leader.Store(false)
 	cancel()
 	<-done
