@@ -34,11 +34,13 @@ type ErrorSpec struct {
 	// dead-letter the message at once.
 	Retryable bool
 	// RateLimit says whether and what the error throttles. Rate-limit errors
-	// are always retried.
+	// are always retried, whatever Retryable says, and do not count as
+	// attempts: the message is deferred (outbox.Defer) until the throttle
+	// ends, so it is never dead-lettered for a rate limit.
 	RateLimit Scope
 	// RetryAfter, when positive, replaces the processor's backoff delay
-	// (and is the throttle window for rate limits) unless the response
-	// carried a Retry-After header.
+	// (and is the throttle window and deferral for rate limits) unless the
+	// response carried a Retry-After header.
 	RetryAfter time.Duration
 }
 

@@ -99,16 +99,28 @@ func TestEveryMappedCodeThroughTheAPI(t *testing.T) {
 			p := newTestPublisher(t, api, func(c *Config) { c.Quotas, c.Clock = state, clock })
 			ctx := context.Background()
 			res := p.Publish(ctx, []outbox.Message{msg("org-1", templatePayload)})[0]
-			pe := publishErr(t, res)
-			if pe.Code != strconv.Itoa(code) {
-				t.Fatalf("Code = %q", pe.Code)
-			}
-			wantRetry := spec.Retryable || spec.RateLimit != ScopeNone
-			if outbox.IsRetryable(res.Err) != wantRetry {
-				t.Fatalf("retryable = %v, want %v", outbox.IsRetryable(res.Err), wantRetry)
-			}
-			if spec.RetryAfter > 0 && pe.RetryAfter != spec.RetryAfter {
-				t.Fatalf("RetryAfter = %v, want %v", pe.RetryAfter, spec.RetryAfter)
+			if spec.RateLimit != ScopeNone {
+				// a rate limit defers the message: retried after the
+				// throttle, no attempt counted, never dead-lettered for it
+				de := deferErr(t, res)
+				want := spec.RetryAfter
+				if spec.RateLimit == ScopeRecipient {
+					want = time.Second // Meta's 4^0 s after a first pair-limit error
+				}
+				if de.Code != strconv.Itoa(code) || de.Delay != want {
+					t.Fatalf("deferred %q for %v, want %d for %v", de.Code, de.Delay, code, want)
+				}
+			} else {
+				pe := publishErr(t, res)
+				if pe.Code != strconv.Itoa(code) {
+					t.Fatalf("Code = %q", pe.Code)
+				}
+				if outbox.IsRetryable(res.Err) != spec.Retryable {
+					t.Fatalf("retryable = %v, want %v", outbox.IsRetryable(res.Err), spec.Retryable)
+				}
+				if spec.RetryAfter > 0 && pe.RetryAfter != spec.RetryAfter {
+					t.Fatalf("RetryAfter = %v, want %v", pe.RetryAfter, spec.RetryAfter)
+				}
 			}
 			st, _ := state.QuotaGet(ctx, "org-1", clock.Now())
 			if st.Throttled != (spec.RateLimit == ScopeTenant) {

@@ -73,6 +73,10 @@ func (notFoundReceipts) MessageApplyReceipt(context.Context, outbox.MessageApply
 	return outbox.ReceiptResult{}, outbox.ErrNotFound
 }
 
+func (notFoundReceipts) MessageGet(context.Context, outbox.MessageGetParams) (outbox.Message, error) {
+	return outbox.Message{}, outbox.ErrNotFound
+}
+
 // FuzzWebhookPOST sends arbitrary signed bodies: the handler answers 200 or
 // 400 (or 401/403 for a disagreeing tenant), never panics and never 5xx when
 // the store is healthy.
@@ -129,8 +133,9 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // FuzzErrorResponse feeds arbitrary Cloud API answers to the publisher: it
-// never panics, a non-2xx answer is always a *outbox.PublishError with a
-// code, and the token never reaches the stored error.
+// never panics, a non-2xx answer is always a *outbox.PublishError or (a rate
+// limit) a *outbox.DeferError with a code, and the token never reaches the
+// stored error.
 func FuzzErrorResponse(f *testing.F) {
 	f.Add(400, []byte(`{"error":{"message":"(#131047) Re-engagement message","type":"OAuthException","code":131047,"error_data":{"details":"More than 24 hours"},"fbtrace_id":"x"}}`), "")
 	f.Add(429, []byte(``), "120")
@@ -159,13 +164,27 @@ func FuzzErrorResponse(f *testing.F) {
 			return
 		}
 		var pe *outbox.PublishError
-		if !errors.As(r.Err, &pe) || pe.Code == "" {
-			t.Fatalf("error %v is not a coded PublishError", r.Err)
+		var de *outbox.DeferError
+		var code, message string
+		switch {
+		case errors.As(r.Err, &de):
+			// a rate limit: deferred, neither too soon nor too far
+			if de.Delay < time.Second || de.Delay > 7*24*time.Hour {
+				t.Fatalf("deferred for %v", de.Delay)
+			}
+			code, message = de.Code, de.Message
+		case errors.As(r.Err, &pe):
+			if pe.RetryAfter < 0 || pe.RetryAfter > 7*24*time.Hour {
+				t.Fatalf("RetryAfter %v", pe.RetryAfter)
+			}
+			code, message = pe.Code, pe.Message
+		default:
+			t.Fatalf("error %v is neither a PublishError nor a DeferError", r.Err)
 		}
-		if pe.RetryAfter < 0 || pe.RetryAfter > 7*24*time.Hour {
-			t.Fatalf("RetryAfter %v", pe.RetryAfter)
+		if code == "" {
+			t.Fatalf("error %v has no code", r.Err)
 		}
-		if strings.Contains(pe.Message, testToken) || strings.Contains(string(r.ProviderResponse), testToken) {
+		if strings.Contains(message, testToken) || strings.Contains(string(r.ProviderResponse), testToken) {
 			t.Fatal("the token leaked")
 		}
 	})

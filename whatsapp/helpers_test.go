@@ -2,6 +2,7 @@ package whatsapp
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -145,6 +146,20 @@ func publishErr(t *testing.T, r outbox.Result) *outbox.PublishError {
 		t.Fatalf("result error = %#v (%v), want *outbox.PublishError", r.Err, r.Err)
 	}
 	return pe
+}
+
+// deferErr returns the *outbox.DeferError of r or fails: the message is to
+// be tried again later without an attempt counted.
+func deferErr(t *testing.T, r outbox.Result) *outbox.DeferError {
+	t.Helper()
+	de, ok := r.Err.(*outbox.DeferError)
+	if !ok {
+		t.Fatalf("result error = %#v (%v), want *outbox.DeferError (deferred, no attempt counted)", r.Err, r.Err)
+	}
+	if !errors.Is(r.Err, outbox.ErrNotAttempted) || de.Delay < time.Second {
+		t.Fatalf("deferral %v: must match ErrNotAttempted and wait at least a second", r.Err)
+	}
+	return de
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

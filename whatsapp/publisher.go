@@ -41,11 +41,13 @@ const (
 	// customer-service window; send a template. Permanent, decided before
 	// any HTTP call.
 	CodeWindowClosed = "session_window_closed"
-	// CodeQuotaExceeded: the tenant's quota is used up; retried when the
-	// window resets.
+	// CodeQuotaExceeded: the tenant's quota is used up; the message is
+	// deferred (outbox.Defer, no attempt counted) until the window resets.
 	CodeQuotaExceeded = "quota_exceeded"
 	// CodeThrottled: the tenant or the recipient is throttled after a rate
-	// limit; retried when the throttle ends.
+	// limit, or the business number's throughput limit is reached; the
+	// message is deferred (outbox.Defer, no attempt counted) until the
+	// throttle ends.
 	CodeThrottled = "throttled"
 	// CodeInvalidPayload: the message payload cannot be sent. Permanent.
 	CodeInvalidPayload = "invalid_payload"
@@ -89,16 +91,21 @@ type Config struct {
 	// 131047, also permanent).
 	Windows WindowStore
 	// Quotas, when set, counts every message against its tenant's quota and
-	// throttle; a used-up quota delays the message (CodeQuotaExceeded),
-	// never fails it. A message is counted when it is about to be sent
-	// (after the payload and window checks), whether or not Meta then
-	// accepts it. Rate-limit errors from Meta throttle the tenant here.
-	// Defaults to no quota.
+	// throttle; a used-up quota or a throttle defers the message
+	// (outbox.Defer with CodeQuotaExceeded or CodeThrottled: tried again
+	// when the window resets or the throttle ends, without an attempt
+	// counted), never fails it. A message is counted when it is about to
+	// be sent (after the payload and window checks), whether or not Meta
+	// then accepts it. Rate-limit errors from Meta throttle the tenant
+	// here. Defaults to no quota.
 	Quotas QuotaStore
 	// Throughput is the most messages per second sent from one business
 	// phone number by this Publisher (a process-local token bucket, so a
 	// burst does not trip Meta's 80/s limit; with several replicas give
-	// each its share). Defaults to DefaultThroughput; negative disables it.
+	// each its share). A message waits up to a second for its turn; one
+	// that would wait longer is deferred (outbox.Defer, CodeThrottled, no
+	// attempt counted) rather than hold its lease. Defaults to
+	// DefaultThroughput; negative disables it.
 	Throughput float64
 	// DefaultLanguage is the template language of seed-shaped payloads that
 	// name none. Defaults to "en_US".
@@ -196,8 +203,10 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox
 }
 
 // Send sends one message and returns its result: the wamid as
-// ProviderMessageID and the API's answer as ProviderResponse, or an
-// *outbox.PublishError.
+// ProviderMessageID and the API's answer as ProviderResponse, or an error:
+// an *outbox.PublishError (permanent, or retryable with an attempt counted)
+// or, for quotas, throttles and rate limits, an *outbox.DeferError (tried
+// again after its delay without an attempt counted).
 func (p *Publisher) Send(ctx context.Context, m *outbox.Message) outbox.Result {
 	req, err := BuildRequest(m.Payload, p.cfg.DefaultLanguage, m.ID)
 	if err != nil {
@@ -228,29 +237,57 @@ func (p *Publisher) Send(ctx context.Context, m *outbox.Message) outbox.Result {
 			return outbox.Result{Err: outbox.Permanent(CodeWindowClosed, "free-form message outside the 24-hour customer-service window: the user has not written in the last 24 hours; send a template instead")}
 		}
 	}
+	// Throttles and quotas defer the message (outbox.Defer): it is tried
+	// again after the wait without an attempt counted, so however long a
+	// tenant is throttled or out of quota, it is never dead-lettered for it.
 	if d := p.recipientWait(m.Tenant, req.To, now); d > 0 {
-		return outbox.Result{Err: outbox.RetryAfter(d, CodeThrottled, "the recipient is throttled after Meta's pair rate limit (131056)")}
+		return outbox.Result{Err: outbox.Defer(positive(d), CodeThrottled, "the recipient is throttled after Meta's pair rate limit (131056)")}
+	}
+	// Take a throughput token first, so that a message deferred for
+	// throughput is not counted against the quota.
+	var wait time.Duration
+	if p.limiter != nil {
+		wait = p.limiter.reserve(creds.PhoneNumberID, time.Now())
+		if wait > maxThroughputWait {
+			p.limiter.cancel(creds.PhoneNumberID)
+			return outbox.Result{Err: outbox.Defer(positive(wait), CodeThrottled, fmt.Sprintf("the business phone number's throughput limit of %g messages per second is reached", p.cfg.Throughput))}
+		}
 	}
 	if p.cfg.Quotas != nil {
 		st, ok, err := p.cfg.Quotas.QuotaConsume(ctx, m.Tenant, now)
 		if err != nil {
+			p.cancelToken(creds.PhoneNumberID)
 			return outbox.Result{Err: &outbox.PublishError{Code: CodeStateUnavailable, Message: "the quota store failed", Err: err}}
 		}
 		if !ok {
+			p.cancelToken(creds.PhoneNumberID)
 			if st.Throttled {
-				return outbox.Result{Err: outbox.RetryAfter(positive(st.ThrottledUntil.Sub(now)), CodeThrottled, "the tenant is throttled after a rate limit until "+st.ThrottledUntil.Format(time.RFC3339))}
+				return outbox.Result{Err: outbox.Defer(positive(st.ThrottledUntil.Sub(now)), CodeThrottled, "the tenant is throttled after a rate limit until "+st.ThrottledUntil.Format(time.RFC3339))}
 			}
-			return outbox.Result{Err: outbox.RetryAfter(positive(st.ResetAt.Sub(now)), CodeQuotaExceeded, fmt.Sprintf("the tenant's quota of %d messages is used up until %s", st.Limit, st.ResetAt.Format(time.RFC3339)))}
+			return outbox.Result{Err: outbox.Defer(positive(st.ResetAt.Sub(now)), CodeQuotaExceeded, fmt.Sprintf("the tenant's quota of %d messages is used up until %s", st.Limit, st.ResetAt.Format(time.RFC3339)))}
 		}
 	}
-	if p.limiter != nil {
-		if err := p.limiter.wait(ctx, creds.PhoneNumberID); err != nil {
+	if wait > 0 {
+		if err := sleep(ctx, wait); err != nil {
 			return outbox.Result{Err: fmt.Errorf("%w: %w", outbox.ErrNotAttempted, err)}
 		}
 	}
 	return p.post(ctx, m, req, creds)
 }
 
+// maxThroughputWait is the longest a message waits in Send for a
+// throughput token; a longer wait defers it instead, so it does not hold
+// its lease (and the rest of its batch) while it waits.
+const maxThroughputWait = time.Second
+
+func (p *Publisher) cancelToken(phoneNumberID string) {
+	if p.limiter != nil {
+		p.limiter.cancel(phoneNumberID)
+	}
+}
+
+// positive makes a deferral at least a second, so a deferred message is
+// never due again at once.
 func positive(d time.Duration) time.Duration { return max(d, time.Second) }
 
 func (p *Publisher) post(ctx context.Context, m *outbox.Message, req Request, creds Credentials) outbox.Result {
@@ -324,7 +361,8 @@ func (p *Publisher) apiError(ctx context.Context, m *outbox.Message, req Request
 		case resp.StatusCode == http.StatusTooManyRequests:
 			d := cmp.Or(retryAfter, time.Minute)
 			p.throttleTenant(ctx, m.Tenant, now.Add(d), now)
-			return &outbox.PublishError{Code: code, Message: msg, RetryAfter: d}
+			p.cfg.Logger.InfoContext(ctx, "whatsapp: HTTP 429; tenant throttled, message deferred", "message_id", m.ID, "tenant", m.Tenant, "retry_after", d)
+			return outbox.Defer(positive(d), code, msg)
 		case resp.StatusCode >= 500:
 			return &outbox.PublishError{Code: code, Message: msg, RetryAfter: retryAfter}
 		default:
@@ -345,22 +383,25 @@ func (p *Publisher) apiError(ctx context.Context, m *outbox.Message, req Request
 		msg += " [fbtrace_id " + e.FBTraceID + "]"
 	}
 	msg = redact(msg, creds)
-	pe := &outbox.PublishError{Code: strconv.Itoa(e.Code), Message: msg, Permanent: !spec.Retryable && spec.RateLimit == ScopeNone}
-	if pe.Permanent {
-		return pe
-	}
+	code := strconv.Itoa(e.Code)
 	d := retryAfter
 	switch spec.RateLimit {
 	case ScopeTenant:
 		d = cmp.Or(d, spec.RetryAfter, time.Minute)
 		p.throttleTenant(ctx, m.Tenant, now.Add(d), now)
+		p.cfg.Logger.InfoContext(ctx, "whatsapp: rate limited; tenant throttled, message deferred", "message_id", m.ID, "tenant", m.Tenant, "code", e.Code, "retry_after", d)
+		return outbox.Defer(positive(d), code, msg)
 	case ScopeRecipient:
 		d = cmp.Or(d, p.recipientFailed(m.Tenant, req.To, now))
-	default:
-		d = cmp.Or(d, spec.RetryAfter)
+		p.cfg.Logger.InfoContext(ctx, "whatsapp: pair rate limited; recipient throttled, message deferred", "message_id", m.ID, "tenant", m.Tenant, "code", e.Code, "retry_after", d)
+		return outbox.Defer(positive(d), code, msg)
 	}
-	pe.RetryAfter = d
-	p.cfg.Logger.WarnContext(ctx, "whatsapp: send failed", "message_id", m.ID, "tenant", m.Tenant, "code", e.Code, "retry_after", d)
+	pe := &outbox.PublishError{Code: code, Message: msg, Permanent: !spec.Retryable}
+	if pe.Permanent {
+		return pe
+	}
+	pe.RetryAfter = cmp.Or(d, spec.RetryAfter)
+	p.cfg.Logger.WarnContext(ctx, "whatsapp: send failed", "message_id", m.ID, "tenant", m.Tenant, "code", e.Code, "retry_after", pe.RetryAfter)
 	return pe
 }
 
@@ -504,11 +545,16 @@ func (l *limiter) reserve(key string, now time.Time) time.Duration {
 	return time.Duration(-b.tokens / l.rate * float64(time.Second))
 }
 
-func (l *limiter) wait(ctx context.Context, key string) error {
-	d := l.reserve(key, time.Now())
-	if d <= 0 {
-		return nil
+// cancel gives back a token taken by reserve and not used.
+func (l *limiter) cancel(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b := l.b[key]; b != nil {
+		b.tokens = math.Min(l.burst, b.tokens+1)
 	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

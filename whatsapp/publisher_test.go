@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -184,32 +185,47 @@ func TestNormalizePhone(t *testing.T) {
 	}
 }
 
+// TestPublisherHTTPFailures: Meta's error code decides, not the HTTP status.
+// Rate limits (429, rate-limit codes) are deferred without an attempt
+// counted; other retryable failures count as attempts (and so end in the
+// dead letter after MaxAttempts); permanent ones dead-letter at once.
 func TestPublisherHTTPFailures(t *testing.T) {
 	t.Parallel()
+	const (
+		permanent = iota
+		retry     // counted attempt
+		deferred  // no attempt counted
+	)
 	tests := []struct {
 		name       string
 		handle     func(w http.ResponseWriter)
 		code       string
-		permanent  bool
+		kind       int
 		retryAfter time.Duration
 	}{
-		{"400 with Meta code", func(w http.ResponseWriter) { writeMetaError(w, 400, 131009, "Parameter value is not valid") }, "131009", true, 0},
-		{"400 without body", func(w http.ResponseWriter) { w.WriteHeader(400) }, "http_400", true, 0},
-		{"401 with code 190", func(w http.ResponseWriter) { writeMetaError(w, 401, 190, "token expired") }, "190", true, 0},
-		{"401 without body", func(w http.ResponseWriter) { w.WriteHeader(401) }, "http_401", true, 0},
-		{"429 without body, Retry-After", func(w http.ResponseWriter) { w.Header().Set("Retry-After", "120"); w.WriteHeader(429) }, "http_429", false, 2 * time.Minute},
+		{"400 with Meta code", func(w http.ResponseWriter) { writeMetaError(w, 400, 131009, "Parameter value is not valid") }, "131009", permanent, 0},
+		{"400 without body", func(w http.ResponseWriter) { w.WriteHeader(400) }, "http_400", permanent, 0},
+		{"401 with code 190", func(w http.ResponseWriter) { writeMetaError(w, 401, 190, "token expired") }, "190", permanent, 0},
+		{"401 without body", func(w http.ResponseWriter) { w.WriteHeader(401) }, "http_401", permanent, 0},
+		{"429 without body, Retry-After", func(w http.ResponseWriter) { w.Header().Set("Retry-After", "120"); w.WriteHeader(429) }, "http_429", deferred, 2 * time.Minute},
+		{"429 without body or Retry-After", func(w http.ResponseWriter) { w.WriteHeader(429) }, "http_429", deferred, time.Minute},
 		{"429 with rate-limit code", func(w http.ResponseWriter) {
 			writeMetaError(w, 429, 130429, "Cloud API message throughput has been reached.")
-		}, "130429", false, 5 * time.Second},
-		{"400 with rate-limit code (newer tables)", func(w http.ResponseWriter) { writeMetaError(w, 400, 80007, "") }, "80007", false, 5 * time.Minute},
-		{"500 with retryable code", func(w http.ResponseWriter) { writeMetaError(w, 500, 131000, "Something went wrong") }, "131000", false, 0},
-		{"500 without body", func(w http.ResponseWriter) { w.WriteHeader(500) }, "http_500", false, 0},
-		{"503 with HTML body", func(w http.ResponseWriter) { w.WriteHeader(503); _, _ = w.Write([]byte("<html>down</html>")) }, "http_503", false, 0},
-		{"500 with a permanent code: the code wins over the status", func(w http.ResponseWriter) { writeMetaError(w, 500, 131026, "") }, "131026", true, 0},
-		{"200 with malformed JSON", func(w http.ResponseWriter) { _, _ = w.Write([]byte(`{"messages":[`)) }, CodeBadResponse, false, 0},
-		{"200 without message id", func(w http.ResponseWriter) { _, _ = w.Write([]byte(`{"messages":[]}`)) }, CodeBadResponse, false, 0},
-		{"error JSON without code", func(w http.ResponseWriter) { w.WriteHeader(400); _, _ = w.Write([]byte(`{"error":{"message":"x"}}`)) }, "http_400", true, 0},
-		{"unknown code is retryable", func(w http.ResponseWriter) { writeMetaError(w, 400, 999999, "") }, "999999", false, 0},
+		}, "130429", deferred, 5 * time.Second},
+		{"rate-limit code with Retry-After", func(w http.ResponseWriter) {
+			w.Header().Set("Retry-After", "30")
+			writeMetaError(w, 429, 130429, "Cloud API message throughput has been reached.")
+		}, "130429", deferred, 30 * time.Second},
+		{"400 with rate-limit code (newer tables)", func(w http.ResponseWriter) { writeMetaError(w, 400, 80007, "") }, "80007", deferred, 5 * time.Minute},
+		{"unknown code whose details speak of a rate limit", func(w http.ResponseWriter) { writeMetaError(w, 400, 999998, "Rate limit hit") }, "999998", deferred, time.Minute},
+		{"500 with retryable code", func(w http.ResponseWriter) { writeMetaError(w, 500, 131000, "Something went wrong") }, "131000", retry, 0},
+		{"500 without body", func(w http.ResponseWriter) { w.WriteHeader(500) }, "http_500", retry, 0},
+		{"503 with HTML body", func(w http.ResponseWriter) { w.WriteHeader(503); _, _ = w.Write([]byte("<html>down</html>")) }, "http_503", retry, 0},
+		{"500 with a permanent code: the code wins over the status", func(w http.ResponseWriter) { writeMetaError(w, 500, 131026, "") }, "131026", permanent, 0},
+		{"200 with malformed JSON", func(w http.ResponseWriter) { _, _ = w.Write([]byte(`{"messages":[`)) }, CodeBadResponse, retry, 0},
+		{"200 without message id", func(w http.ResponseWriter) { _, _ = w.Write([]byte(`{"messages":[]}`)) }, CodeBadResponse, retry, 0},
+		{"error JSON without code", func(w http.ResponseWriter) { w.WriteHeader(400); _, _ = w.Write([]byte(`{"error":{"message":"x"}}`)) }, "http_400", permanent, 0},
+		{"unknown code is retryable", func(w http.ResponseWriter) { writeMetaError(w, 400, 999999, "") }, "999999", retry, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -218,12 +234,22 @@ func TestPublisherHTTPFailures(t *testing.T) {
 			api.setHandler(func(w http.ResponseWriter, _ *http.Request, _ map[string]any, _ int) { tt.handle(w) })
 			p := newTestPublisher(t, api, nil)
 			res := p.Publish(context.Background(), []outbox.Message{msg("org-1", templatePayload)})
-			pe := publishErr(t, res[0])
-			if pe.Code != tt.code || pe.Permanent != tt.permanent || pe.RetryAfter != tt.retryAfter {
-				t.Fatalf("got code=%q permanent=%v retryAfter=%v (%s); want %q %v %v", pe.Code, pe.Permanent, pe.RetryAfter, pe.Message, tt.code, tt.permanent, tt.retryAfter)
+			if tt.kind == deferred {
+				de := deferErr(t, res[0])
+				if de.Code != tt.code || de.Delay != tt.retryAfter {
+					t.Fatalf("got code=%q delay=%v (%s); want %q %v", de.Code, de.Delay, de.Message, tt.code, tt.retryAfter)
+				}
+				return
 			}
-			if outbox.IsRetryable(res[0].Err) == tt.permanent {
-				t.Fatalf("IsRetryable = %v for permanent = %v", outbox.IsRetryable(res[0].Err), tt.permanent)
+			pe := publishErr(t, res[0])
+			if pe.Code != tt.code || pe.Permanent != (tt.kind == permanent) || pe.RetryAfter != tt.retryAfter {
+				t.Fatalf("got code=%q permanent=%v retryAfter=%v (%s); want %q %v %v", pe.Code, pe.Permanent, pe.RetryAfter, pe.Message, tt.code, tt.kind == permanent, tt.retryAfter)
+			}
+			if outbox.IsRetryable(res[0].Err) != (tt.kind == retry) {
+				t.Fatalf("IsRetryable = %v for kind %d", outbox.IsRetryable(res[0].Err), tt.kind)
+			}
+			if errors.Is(res[0].Err, outbox.ErrNotAttempted) {
+				t.Fatal("a failed send must count as an attempt")
 			}
 		})
 	}
@@ -456,9 +482,12 @@ func TestPublisherQuotaAndThrottle(t *testing.T) {
 			t.Fatal(r.Err)
 		}
 	}
-	pe := publishErr(t, send("org-1"))
-	if pe.Code != CodeQuotaExceeded || pe.Permanent || pe.RetryAfter < 24*time.Hour-time.Second || pe.RetryAfter > 24*time.Hour {
-		t.Fatalf("quota exceeded: code=%q permanent=%v retryAfter=%v", pe.Code, pe.Permanent, pe.RetryAfter)
+	de := deferErr(t, send("org-1"))
+	if de.Code != CodeQuotaExceeded || de.Delay < 24*time.Hour-time.Second || de.Delay > 24*time.Hour {
+		t.Fatalf("quota exceeded: code=%q delay=%v", de.Code, de.Delay)
+	}
+	if n := len(api.requests()); n != 2 {
+		t.Fatalf("%d requests; a message over quota must not reach the API", n)
 	}
 	if r := send("org-2"); r.Err != nil {
 		t.Fatalf("org-2 has its own quota: %v", r.Err)
@@ -473,14 +502,14 @@ func TestPublisherQuotaAndThrottle(t *testing.T) {
 	api.setHandler(func(w http.ResponseWriter, _ *http.Request, _ map[string]any, _ int) {
 		writeMetaError(w, 400, 130429, "Cloud API message throughput has been reached.")
 	})
-	if pe := publishErr(t, send("org-2")); pe.Code != "130429" || pe.Permanent {
-		t.Fatalf("rate limit: %v", pe)
+	if de := deferErr(t, send("org-2")); de.Code != "130429" || de.Delay != 5*time.Second {
+		t.Fatalf("rate limit: %v", de)
 	}
 	before := len(api.requests())
 	api.setHandler(nil)
-	pe = publishErr(t, send("org-2"))
-	if pe.Code != CodeThrottled || pe.Permanent || pe.RetryAfter != 5*time.Second {
-		t.Fatalf("throttled: %q %v %v", pe.Code, pe.Permanent, pe.RetryAfter)
+	de = deferErr(t, send("org-2"))
+	if de.Code != CodeThrottled || de.Delay != 5*time.Second {
+		t.Fatalf("throttled: %q %v", de.Code, de.Delay)
 	}
 	if len(api.requests()) != before {
 		t.Fatal("a throttled tenant's message reached the API")
@@ -510,16 +539,20 @@ func TestPublisherPairRateLimit(t *testing.T) {
 	ctx := context.Background()
 	var waits []time.Duration
 	for i := 0; i < 3; i++ {
-		pe := publishErr(t, p.Publish(ctx, []outbox.Message{msg("org-1", templatePayload)})[0])
-		if pe.Code != "131056" || pe.Permanent {
-			t.Fatalf("pair limit: %v", pe)
+		de := deferErr(t, p.Publish(ctx, []outbox.Message{msg("org-1", templatePayload)})[0])
+		if de.Code != "131056" {
+			t.Fatalf("pair limit: %v", de)
 		}
-		waits = append(waits, pe.RetryAfter)
+		waits = append(waits, de.Delay)
 		// while throttled, the pair is not called
-		if pe2 := publishErr(t, p.Publish(ctx, []outbox.Message{msg("org-1", templatePayload)})[0]); pe2.Code != CodeThrottled {
-			t.Fatalf("during the pair throttle: %v", pe2)
+		n := len(api.requests())
+		if de2 := deferErr(t, p.Publish(ctx, []outbox.Message{msg("org-1", templatePayload)})[0]); de2.Code != CodeThrottled || de2.Delay != de.Delay {
+			t.Fatalf("during the pair throttle: %v", de2)
 		}
-		clock.Advance(pe.RetryAfter)
+		if len(api.requests()) != n {
+			t.Fatal("a throttled pair reached the API")
+		}
+		clock.Advance(de.Delay)
 	}
 	if waits[0] != time.Second || waits[1] != 4*time.Second || waits[2] != 16*time.Second {
 		t.Fatalf("waits = %v, want Meta's 4^X s: 1s 4s 16s", waits)
@@ -547,6 +580,49 @@ func TestPublisherThroughputLimit(t *testing.T) {
 	// a burst of 20, then 10 more at 20/s: at least ~0.5 s
 	if el := time.Since(start); el < 400*time.Millisecond {
 		t.Fatalf("30 messages at 20/s took %v", el)
+	}
+}
+
+// TestPublisherThroughputDefers: concurrent sends beyond the per-number
+// throughput do not wait more than a second holding their lease; they are
+// deferred (no attempt counted, quota not consumed) for about the time they
+// would have waited.
+func TestPublisherThroughputDefers(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t)
+	state := NewMemoryState(QuotaOptions{})
+	p := newTestPublisher(t, api, func(c *Config) { c.Throughput, c.Quotas = 10, state })
+	const n = 30
+	results := make([]outbox.Result, n)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			m := msg("org-1", templatePayload)
+			results[i] = p.Send(context.Background(), &m)
+		})
+	}
+	wg.Wait()
+	sent, deferred := 0, 0
+	for _, r := range results {
+		if r.Err == nil {
+			sent++
+			continue
+		}
+		de := deferErr(t, r)
+		if de.Code != CodeThrottled || de.Delay <= time.Second || de.Delay > 3*time.Second {
+			t.Fatalf("deferral %q after %v, want %q after 1-3s", de.Code, de.Delay, CodeThrottled)
+		}
+		deferred++
+	}
+	// a burst of 10, then up to a second of waiting at 10/s: about 20 sent
+	if sent < 18 || sent > 22 || sent+deferred != n {
+		t.Fatalf("%d sent, %d deferred; want about 20 sent and the rest deferred", sent, deferred)
+	}
+	if got := len(api.requests()); got != sent {
+		t.Fatalf("%d API calls for %d sent messages", got, sent)
+	}
+	if st, _ := state.QuotaGet(context.Background(), "org-1", time.Now()); st.Sent != int64(sent) {
+		t.Fatalf("quota counted %d, want %d: a deferred message is not counted", st.Sent, sent)
 	}
 }
 

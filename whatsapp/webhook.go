@@ -199,9 +199,17 @@ func ParseNotification(body []byte) (*Notification, error) {
 	return &n, nil
 }
 
-// ReceiptApplier applies delivery receipts; every outbox.Store is one.
+// ReceiptApplier applies delivery receipts and looks messages up; every
+// outbox.Store is one.
 type ReceiptApplier interface {
+	// MessageApplyReceipt applies a receipt by provider message ID within
+	// the receipt's tenant, or returns outbox.ErrNotFound.
 	MessageApplyReceipt(ctx context.Context, p outbox.MessageApplyReceiptParams) (outbox.ReceiptResult, error)
+	// MessageGet returns a message by ID within a tenant, or
+	// outbox.ErrNotFound. The webhook uses it to tell a receipt that
+	// arrived before its send was recorded (the message is still PENDING
+	// or PROCESSING) from one for a message it does not know.
+	MessageGet(ctx context.Context, p outbox.MessageGetParams) (outbox.Message, error)
 }
 
 // InboundMessage is a message a user sent to a tenant's business number.
@@ -245,6 +253,10 @@ type WebhookConfig struct {
 	// secret and verify token. Required.
 	Credentials CredentialsProvider
 	// Receipts applies delivery statuses: the outbox.Store. Required.
+	// A status whose wamid is unknown but whose biz_opaque_callback_data
+	// names a message of the tenant that is still PENDING or PROCESSING
+	// (the send is in flight, or its outcome not yet recorded) answers 503
+	// so that Meta redelivers it later.
 	Receipts ReceiptApplier
 	// AppSecret keys the signature of tenants whose Credentials.AppSecret is
 	// empty (one Meta app serving every tenant).
@@ -504,15 +516,20 @@ func (h *Webhook) notify(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	early := 0 // statuses that arrived before their send was recorded
 	for _, c := range changes {
 		for _, e := range c.value.Errors {
 			log.WarnContext(ctx, "whatsapp: webhook reports an error", "tenant", c.tenant, "code", e.Code, "title", e.Title, "details", e.ErrorData.Details)
 		}
 		for i := range c.value.Statuses {
-			if err := h.applyStatus(ctx, c.tenant, &c.value.Statuses[i]); err != nil {
+			later, err := h.applyStatus(ctx, c.tenant, &c.value.Statuses[i])
+			if err != nil {
 				log.ErrorContext(ctx, "whatsapp: applying a status failed; Meta will redeliver", "tenant", c.tenant, "wamid", c.value.Statuses[i].ID, "err", err)
 				http.Error(w, "temporarily unavailable", http.StatusInternalServerError)
 				return
+			}
+			if later {
+				early++
 			}
 		}
 		for i := range c.value.Messages {
@@ -522,6 +539,12 @@ func (h *Webhook) notify(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+	}
+	if early > 0 {
+		// Everything else was applied; applying again is idempotent, so
+		// Meta's redelivery of the whole notification only adds these.
+		http.Error(w, "a message's send is not recorded yet; retry later", http.StatusServiceUnavailable)
+		return
 	}
 	w.WriteHeader(http.StatusOK)
 }
@@ -540,11 +563,17 @@ func deliveryStatus(s string) (outbox.DeliveryStatus, bool) {
 	return "", false
 }
 
-func (h *Webhook) applyStatus(ctx context.Context, tenant string, s *StatusUpdate) error {
+// maxCallbackData is the longest biz_opaque_callback_data Meta accepts.
+const maxCallbackData = 512
+
+// applyStatus applies one status. later is true when the status must be
+// redelivered: its wamid is unknown, but its biz_opaque_callback_data names
+// a message of the tenant whose send is in flight or not yet recorded.
+func (h *Webhook) applyStatus(ctx context.Context, tenant string, s *StatusUpdate) (later bool, err error) {
 	ds, ok := deliveryStatus(s.Status)
 	if !ok || s.ID == "" {
 		h.cfg.Logger.WarnContext(ctx, "whatsapp: status ignored", "tenant", tenant, "wamid", s.ID, "status", s.Status)
-		return nil
+		return false, nil
 	}
 	rec := outbox.Receipt{Tenant: tenant, ProviderMessageID: s.ID, Status: ds, At: s.Timestamp.Time()}
 	if rec.At.IsZero() {
@@ -565,17 +594,44 @@ func (h *Webhook) applyStatus(ctx context.Context, tenant string, s *StatusUpdat
 	found := true
 	switch {
 	case errors.Is(err, outbox.ErrNotFound):
+		inFlight, err := h.inFlight(ctx, tenant, s.BizOpaqueCallbackData)
+		if err != nil {
+			return false, err
+		}
+		if inFlight {
+			h.cfg.Logger.InfoContext(ctx, "whatsapp: status arrived before its send was recorded; asking Meta to redeliver", "tenant", tenant, "wamid", s.ID, "message_id", s.BizOpaqueCallbackData, "status", s.Status)
+			return true, nil
+		}
 		found = false
 		h.cfg.Logger.InfoContext(ctx, "whatsapp: status for an unknown wamid acknowledged", "tenant", tenant, "wamid", s.ID, "status", s.Status)
 	case err != nil:
-		return err
+		return false, err
 	case res.Changed:
 		h.cfg.Observer.OnDeliveryUpdated(ctx, outbox.DeliveryEvent{Message: res.Message, Previous: res.Previous, Receipt: rec})
 	}
 	if h.cfg.OnStatus != nil {
 		h.cfg.OnStatus(ctx, StatusEvent{Tenant: tenant, Status: *s, Receipt: rec, Found: found, Result: res})
 	}
-	return nil
+	return false, nil
+}
+
+// inFlight reports whether id (a status's biz_opaque_callback_data: the
+// outbox message ID the publisher sent) names a message of tenant that is
+// PENDING or PROCESSING: its send may have happened without its outcome
+// being recorded yet. The lookup is scoped by tenant, so a payload can
+// never reach another tenant's message.
+func (h *Webhook) inFlight(ctx context.Context, tenant, id string) (bool, error) {
+	if id == "" || len(id) > maxCallbackData {
+		return false, nil
+	}
+	m, err := h.cfg.Receipts.MessageGet(ctx, outbox.MessageGetParams{Tenant: tenant, ID: id})
+	switch {
+	case errors.Is(err, outbox.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return m.Tenant == tenant && (m.Status == outbox.StatusPending || m.Status == outbox.StatusProcessing), nil
 }
 
 func (h *Webhook) inbound(ctx context.Context, c resolvedChange, i int) error {

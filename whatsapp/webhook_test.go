@@ -511,6 +511,10 @@ func (failingReceipts) MessageApplyReceipt(context.Context, outbox.MessageApplyR
 	return outbox.ReceiptResult{}, errors.New("database is down")
 }
 
+func (failingReceipts) MessageGet(context.Context, outbox.MessageGetParams) (outbox.Message, error) {
+	return outbox.Message{}, errors.New("database is down")
+}
+
 func TestWebhookStoreErrorAnswers5xx(t *testing.T) {
 	t.Parallel()
 	b := newHook(t, func(c *WebhookConfig) { c.Receipts = failingReceipts{} })
