@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -164,6 +165,9 @@ type wireStatus struct {
 	Recipient string     `json:"recipient_id"`
 	Errors    []APIError `json:"errors,omitempty"`
 	Pricing   any        `json:"pricing,omitempty"`
+	// Callback is biz_opaque_callback_data: the outbox message ID the
+	// publisher sent.
+	Callback string `json:"biz_opaque_callback_data,omitempty"`
 }
 
 func statusBody(pid string, statuses ...wireStatus) []byte {
@@ -502,6 +506,128 @@ func TestWebhookUnknownWamidAndNumber(t *testing.T) {
 	body = statusBody("999999", st("wamid.NOPE", "delivered", time.Now().Unix()))
 	if w := post(b.hook, body, Sign(body, testSecret)); w.Code != 200 {
 		t.Fatalf("unknown phone number id: %d", w.Code)
+	}
+}
+
+// TestWebhookReceiptBeforeSentIsRedelivered: Meta's receipt can arrive
+// before the processor records SENT (the store has no wamid yet). When its
+// biz_opaque_callback_data names a message of the tenant that is PENDING or
+// PROCESSING, the webhook answers 503 and changes nothing, so that Meta
+// redelivers it; once the SENT outcome is recorded the same receipt applies.
+// It never reaches another tenant's message, and a receipt naming no message
+// in flight is acknowledged as before.
+func TestWebhookReceiptBeforeSentIsRedelivered(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var statusEvents []StatusEvent
+	var mu sync.Mutex
+	b := newHook(t, func(c *WebhookConfig) {
+		c.Logger = logger
+		c.OnStatus = func(_ context.Context, e StatusEvent) { mu.Lock(); statusEvents = append(statusEvents, e); mu.Unlock() }
+	})
+	ctx := context.Background()
+	ob := outbox.New[*sql.Tx](b.store, outbox.Options{})
+	enq, err := ob.Enqueue(ctx,
+		outbox.Message{Tenant: "org-1", Topic: "whatsapp", Group: "g", Payload: json.RawMessage(templatePayload)},
+		outbox.Message{Tenant: "org-1", Topic: "whatsapp", Group: "g", Payload: json.RawMessage(templatePayload)},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the processor claims the first message and sends it: PROCESSING, no
+	// wamid stored yet; the second is PENDING behind it
+	claimed, err := b.store.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 1, Owner: "proc", Now: time.Now().Add(time.Second), Topics: []string{"whatsapp"}})
+	if err != nil || len(claimed) != 1 || claimed[0].ID != enq[0].Message.ID {
+		t.Fatalf("claim: %v %+v", err, claimed)
+	}
+	m, pending := claimed[0], enq[1].Message
+	other := sentMessages(t, b.store, "org-1", "wamid.OTHER", 1)[0]
+
+	now := time.Now().Unix()
+	early := st("wamid.EARLY", "delivered", now)
+	early.Callback = m.ID
+	// one POST: the early receipt and a receipt for a recorded message
+	body := statusBody(testPhoneID, early, st(other.ProviderMessageID, "delivered", now))
+	for i := 0; i < 2; i++ {
+		if w := post(b.hook, body, Sign(body, testSecret)); w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("receipt before SENT is recorded: %d, want 503 so that Meta redelivers", w.Code)
+		}
+	}
+	got := get(t, b.store, "org-1", m.ID)
+	if got.Status != outbox.StatusProcessing || got.ProviderMessageID != "" || !got.DeliveredAt.IsZero() || got.Attempts != m.Attempts {
+		t.Fatalf("the early receipt changed the message: %s %q delivered %v attempts %d", got.Status, got.ProviderMessageID, got.DeliveredAt, got.Attempts)
+	}
+	if got := get(t, b.store, "org-1", other.ID); got.Status != outbox.StatusDelivered {
+		t.Fatalf("the other receipt of the POST was not applied: %s", got.Status)
+	}
+	if !strings.Contains(logs.String(), "level=INFO") || !strings.Contains(logs.String(), "before its send was recorded") || !strings.Contains(logs.String(), m.ID) {
+		t.Fatalf("the early receipt was not logged at info:\n%s", logs.String())
+	}
+
+	// a PENDING message (not sent yet, or its outcome a retry) also waits
+	p := st("wamid.PENDING", "sent", now)
+	p.Callback = pending.ID
+	body2 := statusBody(testPhoneID, p)
+	if w := post(b.hook, body2, Sign(body2, testSecret)); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("receipt for a PENDING message: %d, want 503", w.Code)
+	}
+
+	// another tenant's webhook naming org-1's message: not found in org-2,
+	// acknowledged, nothing touched
+	cross := st("wamid.EARLY", "failed", now)
+	cross.Callback = m.ID
+	body3 := statusBody(testPhoneID2, cross)
+	if w := post(b.hook, body3, Sign(body3, "other_secret_456")); w.Code != http.StatusOK {
+		t.Fatalf("org-2 naming org-1's message: %d, want 200", w.Code)
+	}
+	// unknown or absent callback data: acknowledged as before
+	for _, cb := range []string{"", "01NOSUCHMESSAGE0000000000", strings.Repeat("x", 600)} {
+		s := st("wamid.UNKNOWN", "delivered", now)
+		s.Callback = cb
+		body := statusBody(testPhoneID, s)
+		if w := post(b.hook, body, Sign(body, testSecret)); w.Code != http.StatusOK {
+			t.Fatalf("unknown wamid, callback %.20q: %d, want 200", cb, w.Code)
+		}
+	}
+	if got := get(t, b.store, "org-1", m.ID); got.Status != outbox.StatusProcessing || got.LastError != nil {
+		t.Fatalf("message after the other receipts: %s %+v", got.Status, got.LastError)
+	}
+	d, _, _, _ := b.obs.snapshot()
+	if len(d) != 1 || d[0].Message.ID != other.ID {
+		t.Fatalf("delivery events = %+v, want only the other message's", d)
+	}
+
+	// the processor records SENT with the wamid; Meta's redelivery applies
+	if _, err := b.store.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "proc", Now: time.Now(),
+		Sent: []outbox.SentOutcome{{ID: m.ID, Attempt: m.Attempts, ProviderMessageID: "wamid.EARLY", StartedAt: time.Now()}}}); err != nil {
+		t.Fatal(err)
+	}
+	if w := post(b.hook, body, Sign(body, testSecret)); w.Code != http.StatusOK {
+		t.Fatalf("redelivery after SENT: %d, want 200", w.Code)
+	}
+	got = get(t, b.store, "org-1", m.ID)
+	if got.Status != outbox.StatusDelivered || got.DeliveredAt.IsZero() || got.ProviderMessageID != "wamid.EARLY" {
+		t.Fatalf("after the redelivery: %s delivered %v wamid %q", got.Status, got.DeliveredAt, got.ProviderMessageID)
+	}
+	d, _, _, _ = b.obs.snapshot()
+	if len(d) != 2 || d[1].Message.ID != m.ID || d[1].Previous != outbox.StatusSent || d[1].Message.Status != outbox.StatusDelivered {
+		t.Fatalf("delivery events = %+v", d)
+	}
+	// a receipt for a wamid the message no longer has (an earlier send of a
+	// message now SENT) is acknowledged: the message is not in flight
+	stale := st("wamid.STALE", "delivered", now)
+	stale.Callback = m.ID
+	body4 := statusBody(testPhoneID, stale)
+	if w := post(b.hook, body4, Sign(body4, testSecret)); w.Code != http.StatusOK {
+		t.Fatalf("stale wamid of a SENT message: %d, want 200", w.Code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, e := range statusEvents {
+		if e.Status.ID == "wamid.EARLY" && e.Tenant == "org-1" && e.Receipt.Status == outbox.DeliveryDelivered && !e.Found {
+			t.Fatalf("OnStatus saw the early receipt as not found: it must see it only once applied")
+		}
 	}
 }
 
