@@ -387,3 +387,97 @@ func testRetryTimeline(t *testing.T, b e2eBackend, clock *fakeClock) {
 		t.Fatalf("%d attempt events, want 6", len(finished))
 	}
 }
+
+// TestReceiptBeforeSentEndToEnd reproduces the race through the processor:
+// Meta's "delivered" webhook reaches the service while the Cloud API call
+// that sent the message has not returned yet (the message is PROCESSING,
+// the store has no wamid). The webhook answers 503 and changes nothing;
+// Meta's redelivery, after the processor recorded SENT, makes it DELIVERED.
+func TestReceiptBeforeSentEndToEnd(t *testing.T) {
+	t.Parallel()
+	for _, be := range e2eBackends {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			testReceiptBeforeSent(t, be.new(t, nil))
+		})
+	}
+}
+
+func testReceiptBeforeSent(t *testing.T, b e2eBackend) {
+	ctx := context.Background()
+	hook, err := NewWebhook(WebhookConfig{Credentials: testCreds(), Receipts: b.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(hook)
+	t.Cleanup(srv.Close)
+
+	type early struct {
+		body   []byte
+		code   int
+		status outbox.Status // of the message when the webhook ran
+		err    error
+	}
+	got := make(chan early, 1)
+	api := newFakeAPI(t)
+	api.setHandler(func(w http.ResponseWriter, _ *http.Request, body map[string]any, n int) {
+		// Meta delivers the receipt before it answers the send.
+		id, _ := body["biz_opaque_callback_data"].(string)
+		s := st(fmt.Sprintf("wamid.TEST%d", n), "delivered", time.Now().Unix())
+		s.Callback = id
+		wb := statusBody(testPhoneID, s)
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(wb))
+		req.Header.Set(SignatureHeader, Sign(wb, testSecret))
+		e := early{body: wb}
+		if m, err := b.store.MessageGet(ctx, outbox.MessageGetParams{Tenant: "org-1", ID: id}); err == nil {
+			e.status = m.Status
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			e.code = resp.StatusCode
+			_ = resp.Body.Close()
+		}
+		e.err = err
+		got <- e
+		writeSuccess(w, body, n)
+	})
+	pub, err := NewPublisher(Config{Credentials: testCreds(), BaseURL: api.srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := outbox.NewProcessor(b.store, pub, outbox.Config{PollInterval: 20 * time.Millisecond, Topics: []string{"whatsapp"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	b.enqueue(t, true, outbox.Message{Tenant: "org-1", Topic: "whatsapp", IdempotencyKey: "race", Payload: json.RawMessage(templatePayload)})
+	p.Wake()
+	var e early
+	select {
+	case e = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message was not sent")
+	}
+	if e.err != nil || e.status != outbox.StatusProcessing || e.code != http.StatusServiceUnavailable {
+		t.Fatalf("receipt during the send (message %s): %d %v; want 503", e.status, e.code, e.err)
+	}
+	ms := listAll(t, b.store, "org-1")
+	if len(ms) != 1 {
+		t.Fatalf("%d messages", len(ms))
+	}
+	waitFor(t, "SENT recorded", 10*time.Second, func() bool { return get(t, b.store, "org-1", ms[0].ID).Status == outbox.StatusSent })
+	if m := get(t, b.store, "org-1", ms[0].ID); !m.DeliveredAt.IsZero() {
+		t.Fatalf("the early receipt was applied: %+v", m)
+	}
+	// Meta redelivers the notification.
+	if code := signedPost(t, srv.URL, e.body, testSecret); code != http.StatusOK {
+		t.Fatalf("redelivery: %d", code)
+	}
+	if m := get(t, b.store, "org-1", ms[0].ID); m.Status != outbox.StatusDelivered || m.DeliveredAt.IsZero() {
+		t.Fatalf("after the redelivery: %s", m.Status)
+	}
+}
