@@ -100,12 +100,12 @@ func (e *env[TTx]) runProcessors(n int, pub outbox.Publisher, cfg outbox.Config)
 	return stop
 }
 
-// waitFor polls the counts until done says so or the timeout passes.
+// waitFor polls the counts (of tenant "") until done says so or the timeout passes.
 func (e *env[TTx]) waitFor(timeout time.Duration, what string, done func(map[outbox.Status]int64) bool) map[outbox.Status]int64 {
 	e.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		c, err := e.s.MessageCount(e.ctx, outbox.MessageCountParams{AllTenants: true})
+		c, err := e.s.MessageCount(e.ctx, outbox.MessageCountParams{})
 		if err != nil {
 			e.t.Fatalf("MessageCount: %v", err)
 		}
@@ -115,7 +115,7 @@ func (e *env[TTx]) waitFor(timeout time.Duration, what string, done func(map[out
 		if time.Now().After(deadline) {
 			e.t.Fatalf("timed out after %s waiting for %s; counts %v", timeout, what, c)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -93,6 +93,11 @@ func (s *Store) prepare(p outbox.MessageEnqueueParams) ([]outbox.Message, error)
 // reads the original back.
 func (s *Store) insert(ctx context.Context, q querier, msgs []outbox.Message) ([]outbox.Enqueued, error) {
 	out := make([]outbox.Enqueued, 0, len(msgs))
+	ins, err := q.PrepareContext(ctx, s.q.insert)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: enqueue: %w", err)
+	}
+	defer ins.Close()
 	for i, m := range msgs {
 		var headers any
 		if len(m.Headers) > 0 {
@@ -102,7 +107,7 @@ func (s *Store) insert(ctx context.Context, q querier, msgs []outbox.Message) ([
 			}
 			headers = string(b)
 		}
-		stored, err := scanMessage(q.QueryRowContext(ctx, s.q.insert,
+		stored, err := scanMessage(ins.QueryRowContext(ctx,
 			m.ID, m.Tenant, m.Topic, m.Group, m.IdempotencyKey, string(m.Payload), headers,
 			m.MaxAttempts, m.NextAttemptAt.UnixMicro(), m.CreatedAt.UnixMicro(), m.UpdatedAt.UnixMicro()))
 		switch {

@@ -115,8 +115,7 @@ func (a groupKey) less(b groupKey) bool {
 // cursor round to it again, and returns the seqs of up to limit claimable
 // messages: for each group whose head (first open message) is PENDING and
 // due, the run of PENDING due messages from the head on, at most
-// Options.ClaimPerGroup of them while other groups wait; when the walk ends
-// with room left, the cut runs are extended.
+// Options.ClaimPerGroup of them.
 func (s *Store) claimGroups(ctx context.Context, q querier, nowUS int64, topics map[string]bool, limit int) ([]int64, error) {
 	next, err := q.PrepareContext(ctx, s.q.nextGroupHead)
 	if err != nil {
@@ -136,7 +135,6 @@ func (s *Store) claimGroups(ctx context.Context, q querier, nowUS int64, topics 
 	perGroup := s.claimPerGroup
 	var (
 		out     []int64
-		capped  []groupKey
 		cur     = start
 		wrapped = false
 	)
@@ -169,38 +167,22 @@ func (s *Store) claimGroups(ctx context.Context, q querier, nowUS int64, topics 
 				return nil, err
 			}
 		}
-		n := min(perGroup, limit-len(out))
-		seqs, err := readPrefix(ctx, prefix, k, nowUS, n, 0)
+		seqs, err := readPrefix(ctx, prefix, k, nowUS, min(perGroup, limit-len(out)))
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, seqs...)
-		if len(seqs) == n {
-			capped = append(capped, k) // its prefix may go on
-		}
 	}
 	s.mu.Lock()
 	s.cursor = cur
 	s.mu.Unlock()
-	// Room left: extend the prefixes that were cut at perGroup.
-	for _, k := range capped {
-		if len(out) >= limit {
-			break
-		}
-		seqs, err := readPrefix(ctx, prefix, k, nowUS, limit-len(out), perGroup)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, seqs...)
-	}
 	return out, nil
 }
 
-// readPrefix reads up to n seqs of group k's open messages from offset on,
-// stopping at the first one that is PROCESSING or not due. The messages
-// before offset must be PENDING and due (read by an earlier call).
-func readPrefix(ctx context.Context, prefix *sql.Stmt, k groupKey, nowUS int64, n, offset int) ([]int64, error) {
-	rows, err := prefix.QueryContext(ctx, k.tenant, k.topic, k.grp, n, offset)
+// readPrefix reads up to n seqs of group k's open messages from its head
+// on, stopping at the first one that is PROCESSING or not due.
+func readPrefix(ctx context.Context, prefix *sql.Stmt, k groupKey, nowUS int64, n int) ([]int64, error) {
+	rows, err := prefix.QueryContext(ctx, k.tenant, k.topic, k.grp, n)
 	if err != nil {
 		return nil, err
 	}
@@ -245,9 +227,31 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	err := s.writeTx(ctx, func(q querier) error {
 		res.LeaseLost = nil
 		applied = 0
+		// Each statement is prepared once per call, when first needed.
+		stmts := map[string]*sql.Stmt{}
+		defer func() {
+			for _, st := range stmts {
+				st.Close()
+			}
+		}()
+		stmt := func(query string) (*sql.Stmt, error) {
+			if st, ok := stmts[query]; ok {
+				return st, nil
+			}
+			st, err := q.PrepareContext(ctx, query)
+			if err != nil {
+				return nil, err
+			}
+			stmts[query] = st
+			return st, nil
+		}
 		// fenced runs one fenced update; ok is false when the lease was lost.
 		fenced := func(id, query string, args ...any) (tenant string, ok bool, err error) {
-			err = q.QueryRowContext(ctx, query, args...).Scan(&tenant)
+			st, err := stmt(query)
+			if err != nil {
+				return "", false, err
+			}
+			err = st.QueryRowContext(ctx, args...).Scan(&tenant)
 			if isNoRows(err) {
 				res.LeaseLost = append(res.LeaseLost, id)
 				return "", false, nil
@@ -263,7 +267,11 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 			if e != nil {
 				code, msg = e.Code, e.Message
 			}
-			_, err := q.ExecContext(ctx, s.q.insertAttempt, id, tenant, n, string(outcome), code, msg,
+			st, err := stmt(s.q.insertAttempt)
+			if err != nil {
+				return err
+			}
+			_, err = st.ExecContext(ctx, id, tenant, n, string(outcome), code, msg,
 				nullJSON(resp), next, started(start), now.UnixMicro())
 			if err != nil {
 				return fmt.Errorf("message %s: attempt: %w", id, err)

@@ -44,6 +44,19 @@ func TestConformance(t *testing.T) {
 				},
 			}
 		},
-		Features: storetest.Features{ConcurrentWriters: false},
+		Features: storetest.Features{ConcurrentWriters: false, ProcessorMessages: processorMessages()},
 	})
+}
+
+// processorMessages is the size of the processor-tier FIFO test: the full
+// 10,000 messages (about 4 s), 3,000 under the race detector (which slows
+// the pure-Go SQLite engine about a hundredfold), 1,000 with -short.
+func processorMessages() int {
+	switch {
+	case testing.Short():
+		return 1_000
+	case raceEnabled:
+		return 3_000
+	}
+	return 10_000
 }

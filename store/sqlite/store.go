@@ -69,11 +69,11 @@ type Options struct {
 	// uses the caller's connections as they are). Defaults to
 	// DefaultBusyTimeout.
 	BusyTimeout time.Duration
-	// ClaimPerGroup is the most messages of one group a claim takes while
-	// other groups still have claimable messages; when a claim finds fewer
-	// than its Limit, it takes more of the groups it cut. Keeping it small
-	// spreads a claim over groups and keeps the messages released after a
-	// failure few. Defaults to DefaultClaimPerGroup.
+	// ClaimPerGroup is the most messages of one ordered group one claim
+	// takes. A group's messages are published one after the other anyway;
+	// keeping this small spreads a claim over groups and keeps few messages
+	// to release when a failure blocks the group. Defaults to
+	// DefaultClaimPerGroup.
 	ClaimPerGroup int
 	// Clock stamps the store's writes when a call's Params carry no Now.
 	// Defaults to outbox.SystemClock.
@@ -142,6 +142,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
+	// Keep connections: opening one re-reads the schema and re-runs the
+	// pragmas, and the default of 2 idle connections would churn them.
+	db.SetMaxIdleConns(16)
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
