@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 
@@ -32,6 +33,20 @@ func notFound(tenant, id string) error {
 // order, optionally filtered by status, topic and group, starting after
 // p.AfterSeq. Limit defaults to 100 and is capped at 1000.
 func (s *Store) MessageList(ctx context.Context, p outbox.MessageListParams) (outbox.MessagePage, error) {
+	return s.list(ctx, s.db, p)
+}
+
+// MessageListTx is MessageList inside the caller's transaction tx, so it
+// sees what tx enqueued before it commits (outboxtest.RequireEnqueuedTx uses
+// it).
+func (s *Store) MessageListTx(ctx context.Context, tx *sql.Tx, p outbox.MessageListParams) (outbox.MessagePage, error) {
+	if tx == nil {
+		return outbox.MessagePage{}, outbox.InvalidParam("tx", "is nil")
+	}
+	return s.list(ctx, tx, p)
+}
+
+func (s *Store) list(ctx context.Context, q querier, p outbox.MessageListParams) (outbox.MessagePage, error) {
 	if p.Status != "" && !p.Status.Valid() {
 		return outbox.MessagePage{}, outbox.InvalidParam("Status", fmt.Sprintf("%q is not a status", p.Status))
 	}
@@ -58,7 +73,7 @@ func (s *Store) MessageList(ctx context.Context, p outbox.MessageListParams) (ou
 		where, args = append(where, "grp = ?"), append(args, p.Group)
 	}
 	args = append(args, limit+1)
-	rows, err := s.db.QueryContext(ctx, `SELECT `+messageCols+` FROM `+s.q.messages+
+	rows, err := q.QueryContext(ctx, `SELECT `+messageCols+` FROM `+s.q.messages+
 		` WHERE `+strings.Join(where, " AND ")+` ORDER BY seq LIMIT ?`, args...)
 	if err != nil {
 		return outbox.MessagePage{}, fmt.Errorf("sqlite: list: %w", err)
