@@ -1,0 +1,69 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/outboxkit/outboxkit/outbox"
+	"github.com/outboxkit/outboxkit/store/sqlite"
+)
+
+// Enqueue a message in the application's transaction with InTx, and let a
+// processor in the same process publish it at once (InTx wakes it).
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "outboxkit-example-")
+	defer os.RemoveAll(dir)
+
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "app.db"), sqlite.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		panic(err)
+	}
+	if _, err := st.DB().ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY)`); err != nil {
+		panic(err)
+	}
+
+	published := make(chan string, 1)
+	pub := outbox.PublisherFunc(func(_ context.Context, msgs []outbox.Message) []outbox.Result {
+		out := make([]outbox.Result, len(msgs))
+		for i, m := range msgs {
+			published <- string(m.Payload)
+			out[i] = outbox.Result{ProviderMessageID: "demo-1"}
+		}
+		return out
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- outbox.Run(runCtx, st, pub, outbox.Config{PollInterval: time.Minute}) }()
+
+	ob := outbox.New[*sql.Tx](st, outbox.Options{})
+	err = st.InTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id) VALUES (1)`); err != nil {
+			return err
+		}
+		_, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Group: "customer-7", Payload: []byte(`{"order":1}`)})
+		return err
+	})
+	if err != nil {
+		panic(err)
+	}
+	// The poll interval is a minute: the message arrives because InTx woke
+	// the processor.
+	select {
+	case p := <-published:
+		fmt.Println("published", p)
+	case <-time.After(10 * time.Second):
+		fmt.Println("not published")
+	}
+	stop()
+	<-done
+	// Output: published {"order":1}
+}
