@@ -394,3 +394,73 @@ func (o *recordingObserver) OnFailed(context.Context, outbox.AttemptEvent) {
 	o.failed++
 	o.mu.Unlock()
 }
+
+func TestProcessorDeferDoesNotCountAttempts(t *testing.T) {
+	t.Parallel()
+	st := newStore(t)
+	ids := enqueue(t, st, 2, func(int) string { return "g" })
+	var calls atomic.Int64
+	pub := outbox.PublishEach(func(_ context.Context, m outbox.Message) outbox.Result {
+		if calls.Add(1) <= 10 {
+			return outbox.Result{Err: outbox.Defer(5*time.Millisecond, "quota_exceeded", "daily quota used up")}
+		}
+		return outbox.Result{ProviderMessageID: "p-" + m.ID}
+	})
+	rec := &outboxtest.Recorder{}
+	p, _ := outbox.NewProcessor(st, outbox.PublisherFunc(func(ctx context.Context, ms []outbox.Message) []outbox.Result {
+		res := pub.Publish(ctx, ms)
+		for i := range ms {
+			if res[i].Err == nil {
+				rec.Publish(ctx, ms[i:i+1])
+			}
+		}
+		return res
+	}), outbox.Config{PollInterval: 2 * time.Millisecond, MaxAttempts: 2})
+	stop := start(t, p)
+	c := outboxtest.WaitDrained(t, st, "", 20*time.Second)
+	stop()
+	// Ten deferrals, five times MaxAttempts, and nothing was dead-lettered.
+	if c[outbox.StatusSent] != 2 || c[outbox.StatusFailed] != 0 {
+		t.Fatalf("counts %v", c)
+	}
+	for _, id := range ids {
+		m, _ := st.MessageGet(context.Background(), outbox.MessageGetParams{ID: id})
+		if m.Attempts != 1 {
+			t.Fatalf("message %s: %d attempts counted, want 1 (deferrals are free)", id, m.Attempts)
+		}
+	}
+	if got := rec.Sent(); len(got) != 2 || got[0] != ids[0] || got[1] != ids[1] {
+		t.Fatalf("published %v, want %v in order", got, ids)
+	}
+}
+
+func TestDeferredReleaseHoldsTheMessageUntilItsDueTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := newStore(t)
+	ids := enqueue(t, st, 2, func(int) string { return "g" })
+	now := time.Now()
+	got, err := st.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "p1", Now: now})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("claim %d %v", len(got), err)
+	}
+	_, err = st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p1", Now: now, Released: []outbox.ReleaseOutcome{
+		{ID: ids[0], Attempt: 1, NextAttemptAt: now.Add(time.Hour), Error: &outbox.ErrorInfo{Code: "quota_exceeded", Message: "used up"}},
+		{ID: ids[1], Attempt: 1},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The deferred head holds back its group until it is due.
+	if again, _ := st.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "p1", Now: now.Add(time.Minute)}); len(again) != 0 {
+		t.Fatalf("claimed %d messages behind a deferred head", len(again))
+	}
+	m, _ := st.MessageGet(ctx, outbox.MessageGetParams{ID: ids[0]})
+	if m.Status != outbox.StatusPending || m.Attempts != 0 || m.LastError == nil || m.LastError.Code != "quota_exceeded" {
+		t.Fatalf("deferred message: %+v", m)
+	}
+	later, _ := st.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "p1", Now: now.Add(2 * time.Hour)})
+	if len(later) != 2 || later[0].ID != ids[0] {
+		t.Fatalf("after the due time: %d claimed", len(later))
+	}
+}

@@ -315,7 +315,14 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 			}
 		}
 		for _, o := range p.Released {
-			if _, _, err := fenced(o.ID, s.q.release, now.UnixMicro(), o.ID, p.Owner, o.Attempt); err != nil {
+			var next, code, msg any
+			if !o.NextAttemptAt.IsZero() {
+				next = o.NextAttemptAt.UTC().UnixMicro()
+				if o.Error != nil {
+					code, msg = o.Error.Code, o.Error.Message
+				}
+			}
+			if _, _, err := fenced(o.ID, s.q.release, now.UnixMicro(), next, code, msg, o.ID, p.Owner, o.Attempt); err != nil {
 				return err
 			}
 		}

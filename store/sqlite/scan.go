@@ -69,7 +69,11 @@ func newQueries(prefix string) queries {
 		last_error_message = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL` + fence + ` RETURNING tenant`
 	q.dead = `UPDATE ` + m + ` SET status = 'FAILED', last_error_code = ?, last_error_message = ?,
 		updated_at = ?, claimed_at = NULL, claimed_by = NULL` + fence + ` RETURNING tenant`
+	// A release with a due time is a deferral (quota, throttle): the new due
+	// time and the reason are kept; a plain release keeps both as they were.
 	q.release = `UPDATE ` + m + ` SET status = 'PENDING', attempts = attempts - 1, updated_at = ?,
+		next_attempt_at = COALESCE(?, next_attempt_at),
+		last_error_code = COALESCE(?, last_error_code), last_error_message = COALESCE(?, last_error_message),
 		claimed_at = NULL, claimed_by = NULL` + fence + ` RETURNING tenant`
 	q.insertAttempt = `INSERT INTO ` + a + ` (` + attemptCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	return q
