@@ -156,7 +156,10 @@ runs AS MATERIALIZED (
 			WHERE b.tenant = w.tenant AND b.topic = w.topic AND b.grp = w.grp
 				AND b.status IN ('PENDING', 'PROCESSING') AND b.grp <> '' AND b.seq < w.seq
 		)
-	ORDER BY w.seq
+	-- win is materialized in sequence order and scanned in that order; no
+	-- ORDER BY here, so only as many heads are checked as the runs need.
+	-- (Which heads come first is fairness, not correctness: valid below
+	-- re-checks every run.)
 	LIMIT $3
 ),` + claimTail(tf) + `
 SELECT s.scanned, s.maxseq, {UCOLS}
