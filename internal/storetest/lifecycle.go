@@ -113,6 +113,32 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		}
 	})
 
+	t.Run("DeferredRelease", func(t *testing.T) {
+		e := setup(t, h)
+		ms := e.enqueueN("t", "g", 2)
+		c := e.claim("p", 1, e.t0)[0]
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Released: []outbox.ReleaseOutcome{{
+			ID: c.ID, Attempt: 1, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "quota", Message: "daily quota used up"},
+		}}})
+		got := e.wantStatus("", ms[0].ID, outbox.StatusPending)
+		if got.Attempts != 0 || got.LastError == nil || got.LastError.Code != "quota" || got.ClaimedBy != "" {
+			t.Fatalf("deferred: %+v (last error %+v); want 0 attempts and LastError quota", got, got.LastError)
+		}
+		wantTime(t, "deferred NextAttemptAt", got.NextAttemptAt, e.at(time.Hour))
+		if as := e.attempts("", ms[0].ID); len(as) != 0 {
+			t.Fatalf("a deferral recorded attempts: %+v", as)
+		}
+		// The deferred head blocks its group until it is due.
+		if got := e.claim("p", 10, e.at(time.Minute)); len(got) != 0 {
+			t.Fatalf("claimed %v while the head of the group is deferred", ids(got))
+		}
+		got2 := e.claim("p", 10, e.at(time.Hour))
+		wantIDs(t, "claim when the deferral ends", got2, ms...)
+		if got2[0].Attempts != 1 {
+			t.Fatalf("attempts after a deferral: %d, want 1", got2[0].Attempts)
+		}
+	})
+
 	t.Run("StaleOwnerIsFenced", func(t *testing.T) {
 		e := setup(t, h)
 		ms := e.enqueueN("t", "", 3)
