@@ -60,8 +60,8 @@ RETURNING m.id`),
 FROM unnest($1::text[], $2::timestamp[], $4::text[]) AS x(id, claimed, msg)
 WHERE m.id = x.id AND m.status = 'PROCESSING' AND m.processed_at = x.claimed
 RETURNING m.id`),
-		finishRelease: q(`UPDATE {T} m SET status = 'PENDING', processed_at = NULL
-FROM unnest($1::text[], $2::timestamp[]) AS x(id, claimed)
+		finishRelease: q(`UPDATE {T} m SET status = 'PENDING', processed_at = x.next
+FROM unnest($1::text[], $2::timestamp[], $3::timestamp[]) AS x(id, claimed, next)
 WHERE m.id = x.id AND m.status = 'PROCESSING' AND m.processed_at = x.claimed
 RETURNING m.id`),
 

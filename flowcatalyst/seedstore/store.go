@@ -439,6 +439,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		next    []time.Time
 		retry   []int
 		msgs    []string
+		deferTo []*time.Time
 	}
 	type perTable struct{ sent, retry, dead, released batch }
 	work := map[*table]*perTable{}
@@ -501,6 +502,14 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		}
 		b := &get(t).released
 		b.ids, b.claimed = append(b.ids, o.ID), append(b.claimed, c)
+		// A deferral (quota, throttle) keeps the row PENDING until then; a
+		// plain release makes it due at once (processed_at NULL).
+		var next *time.Time
+		if !o.NextAttemptAt.IsZero() {
+			n := at(o.NextAttemptAt)
+			next = &n
+		}
+		b.deferTo = append(b.deferTo, next)
 	}
 	if len(work) == 0 {
 		return res, nil
@@ -547,7 +556,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 			func() error { return exec(t.sql.finishSent, w.sent, now) },
 			func() error { return exec(t.sql.finishRetry, w.retry, w.retry.next, w.retry.retry, w.retry.msgs) },
 			func() error { return exec(t.sql.finishDead, w.dead, now, w.dead.msgs) },
-			func() error { return exec(t.sql.finishRelease, w.released) },
+			func() error { return exec(t.sql.finishRelease, w.released, w.released.deferTo) },
 		} {
 			if err := step(); err != nil {
 				return outbox.FinishResult{}, fmt.Errorf("seedstore: finish %s: %w", t.raw, err)

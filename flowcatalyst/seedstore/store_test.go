@@ -430,3 +430,33 @@ func TestInsertInTheCallersTransaction(t *testing.T) {
 		t.Fatalf("claimed %+v", claimed)
 	}
 }
+
+func TestDeferredReleaseWaitsAndCountsNoRetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	head := b.insert(t, "EVENT", "G", `{}`, t0)
+	next := b.insert(t, "EVENT", "G", `{}`, t0.Add(time.Second))
+	now := t0.Add(time.Hour)
+	if got := claim(t, b.store, 10, now); len(got) != 2 {
+		t.Fatalf("claimed %d", len(got))
+	}
+	due := now.Add(10 * time.Minute)
+	res, err := b.store.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: "p1", Now: now,
+		Released: []outbox.ReleaseOutcome{
+			{ID: head, Attempt: 1, NextAttemptAt: due, Error: &outbox.ErrorInfo{Code: "429", Message: "throttled"}},
+			{ID: next, Attempt: 1},
+		}})
+	if err != nil || len(res.LeaseLost) != 0 {
+		t.Fatalf("finish: %v, lost %v", err, res.LeaseLost)
+	}
+	r := b.row(t, "EVENT", head)
+	if r.Status != "PENDING" || r.RetryCount != 0 || !r.ProcessedAt.Valid || !r.ProcessedAt.Time.Equal(due) {
+		t.Fatalf("deferred row %+v, want PENDING, retry_count 0, due %s", r, due)
+	}
+	if got := claim(t, b.store, 10, now.Add(time.Minute)); len(got) != 0 {
+		t.Fatalf("claimed %v before the deferral ended (the group waits behind its head)", ids(got))
+	}
+	if got := ids(claim(t, b.store, 10, due)); !slices.Equal(got, []string{head, next}) {
+		t.Fatalf("claimed %v at the due time, want [head next]", got)
+	}
+}
