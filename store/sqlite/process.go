@@ -114,8 +114,9 @@ func (a groupKey) less(b groupKey) bool {
 // claimGroups walks the groups that have open messages, from the store's
 // cursor round to it again, and returns the seqs of up to limit claimable
 // messages: for each group whose head (first open message) is PENDING and
-// due, the run of PENDING due messages from the head on, at most
-// Options.ClaimPerGroup of them.
+// due, the run of PENDING due messages from the head on: at most
+// Options.ClaimPerGroup of them while other groups wait, more when the walk
+// ends with room left.
 func (s *Store) claimGroups(ctx context.Context, q querier, nowUS int64, topics map[string]bool, limit int) ([]int64, error) {
 	next, err := q.PrepareContext(ctx, s.q.nextGroupHead)
 	if err != nil {
@@ -135,6 +136,7 @@ func (s *Store) claimGroups(ctx context.Context, q querier, nowUS int64, topics 
 	perGroup := s.claimPerGroup
 	var (
 		out     []int64
+		capped  []groupKey
 		cur     = start
 		wrapped = false
 	)
@@ -167,22 +169,40 @@ func (s *Store) claimGroups(ctx context.Context, q querier, nowUS int64, topics 
 				return nil, err
 			}
 		}
-		seqs, err := readPrefix(ctx, prefix, k, nowUS, min(perGroup, limit-len(out)))
+		n := min(perGroup, limit-len(out))
+		seqs, err := readPrefix(ctx, prefix, k, nowUS, n, 0)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, seqs...)
+		if len(seqs) == n {
+			capped = append(capped, k) // its run may go on
+		}
+	}
+	s.mu.Lock()
+	s.cursor = cur
+	s.mu.Unlock()
+	// Room left (few groups are claimable): extend the runs cut at perGroup,
+	// so that a deep backlog in one group still fills a claim.
+	for _, k := range capped {
+		if len(out) >= limit {
+			break
+		}
+		seqs, err := readPrefix(ctx, prefix, k, nowUS, limit-len(out), perGroup)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, seqs...)
 	}
-	s.mu.Lock()
-	s.cursor = cur
-	s.mu.Unlock()
 	return out, nil
 }
 
-// readPrefix reads up to n seqs of group k's open messages from its head
-// on, stopping at the first one that is PROCESSING or not due.
-func readPrefix(ctx context.Context, prefix *sql.Stmt, k groupKey, nowUS int64, n int) ([]int64, error) {
-	rows, err := prefix.QueryContext(ctx, k.tenant, k.topic, k.grp, n)
+// readPrefix reads up to n seqs of group k's open messages from offset on,
+// stopping at the first one that is PROCESSING or not due. The offset
+// messages before must be PENDING and due (read by an earlier call in the
+// same transaction).
+func readPrefix(ctx context.Context, prefix *sql.Stmt, k groupKey, nowUS int64, n, offset int) ([]int64, error) {
+	rows, err := prefix.QueryContext(ctx, k.tenant, k.topic, k.grp, n, offset)
 	if err != nil {
 		return nil, err
 	}

@@ -56,7 +56,7 @@ func newQueries(prefix string) queries {
 		ORDER BY tenant, topic, grp, seq LIMIT 1`
 	q.groupPrefix = `SELECT seq, status, next_attempt_at FROM ` + m + `
 		WHERE tenant = ? AND topic = ? AND grp = ? AND status IN ('PENDING', 'PROCESSING')
-		ORDER BY seq LIMIT ?`
+		ORDER BY seq LIMIT ? OFFSET ?`
 	q.claimUpdate = `UPDATE ` + m + ` SET status = 'PROCESSING', attempts = attempts + 1,
 		claimed_at = ?, claimed_by = ?, updated_at = ?
 		WHERE seq IN (SELECT value FROM json_each(?)) AND status = 'PENDING'

@@ -69,11 +69,11 @@ type Options struct {
 	// uses the caller's connections as they are). Defaults to
 	// DefaultBusyTimeout.
 	BusyTimeout time.Duration
-	// ClaimPerGroup is the most messages of one ordered group one claim
-	// takes. A group's messages are published one after the other anyway;
-	// keeping this small spreads a claim over groups and keeps few messages
-	// to release when a failure blocks the group. Defaults to
-	// DefaultClaimPerGroup.
+	// ClaimPerGroup is the most messages of one ordered group a claim takes
+	// while other groups have claimable messages too; a claim that finds
+	// fewer than its Limit takes more of the groups it cut. Keeping it small
+	// spreads a claim over groups and keeps few messages to release when a
+	// failure blocks a group. Defaults to DefaultClaimPerGroup.
 	ClaimPerGroup int
 	// Clock stamps the store's writes when a call's Params carry no Now.
 	// Defaults to outbox.SystemClock.
