@@ -345,3 +345,49 @@ func TestWritersWaitForTheApplicationsTransaction(t *testing.T) {
 		t.Fatal("MessageClaim never finished")
 	}
 }
+
+func TestClaimSpreadsOverGroupsAndFillsFromDeepOnes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := newStore(t, sqlite.Options{ClaimPerGroup: 4})
+	var msgs []outbox.Message
+	for i := range 60 {
+		msgs = append(msgs, outbox.Message{Topic: "t", Group: []string{"a", "b", "c"}[i%3], Payload: []byte(`1`)})
+	}
+	if _, err := st.MessageEnqueue(ctx, outbox.MessageEnqueueParams{Messages: msgs}); err != nil {
+		t.Fatal(err)
+	}
+	perGroup := func(ms []outbox.Message) map[string]int {
+		n := map[string]int{}
+		for _, m := range ms {
+			n[m.Group]++
+		}
+		return n
+	}
+	// Many groups claimable: at most 4 of each.
+	got, err := st.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 12, Owner: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := perGroup(got); len(got) != 12 || n["a"] != 4 || n["b"] != 4 || n["c"] != 4 {
+		t.Fatalf("claim of 12 over 3 groups: %v, want 4 of each", n)
+	}
+	// Release b and c; a is held, so only b and c are claimable: the claim
+	// extends their runs past 4 to fill its limit.
+	var rel []outbox.ReleaseOutcome
+	for _, m := range got {
+		if m.Group != "a" {
+			rel = append(rel, outbox.ReleaseOutcome{ID: m.ID, Attempt: m.Attempts})
+		}
+	}
+	if _, err := st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Released: rel}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = st.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 30, Owner: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := perGroup(got); len(got) != 30 || n["a"] != 0 || n["b"]+n["c"] != 30 {
+		t.Fatalf("claim of 30 with a held: %v, want 30 from b and c", n)
+	}
+}
