@@ -13,7 +13,8 @@ import (
 // Each outcome applies only while the lease holds (status PROCESSING,
 // ClaimedBy = p.Owner, Attempts = the outcome's Attempt); the IDs of the
 // others are returned in LeaseLost. Released messages go back to PENDING
-// without counting the attempt and wake the other processors.
+// without counting the attempt (deferred ones with their new due time and
+// LastError) and wake the other processors.
 func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
 	if p.Owner == "" {
 		return outbox.FinishResult{}, outbox.InvalidParam("Owner", "is required")
@@ -66,6 +67,9 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		dStart          []*time.Time
 		lID             []string
 		lAtt            []int32
+		lNext           []*time.Time
+		lHasErr         []bool
+		lCode, lMsg     []*string
 		code, msg       = func(e outbox.ErrorInfo) *string { return nullText(e.Code) }, func(e outbox.ErrorInfo) *string { return nullText(e.Message) }
 		emptyPMIDtoNull = func(ss []string) []*string {
 			out := make([]*string, len(ss))
@@ -101,16 +105,38 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 			return outbox.FinishResult{}, err
 		}
 		lID, lAtt = append(lID, o.ID), append(lAtt, int32(o.Attempt)) //nolint:gosec // attempts are small
+		lNext = append(lNext, nullTime(o.NextAttemptAt))
+		hasErr := o.Error != nil && !o.NextAttemptAt.IsZero()
+		lHasErr = append(lHasErr, hasErr)
+		if hasErr {
+			lCode, lMsg = append(lCode, nullText(o.Error.Code)), append(lMsg, nullText(o.Error.Message))
+		} else {
+			lCode, lMsg = append(lCode, nil), append(lMsg, nil)
+		}
 	}
 	channel := s.channel
 	if s.opts.DisableNotify {
 		channel = ""
 	}
-	r, err := s.db.Query(ctx, s.sql.finish, now, text(p.Owner),
-		nonNil(sID), nonNil(sAtt), emptyPMIDtoNull(sPMID), nonNil(sResp), nonNil(sStart),
-		nonNil(rID), nonNil(rAtt), nonNil(rNext), nonNil(rCode), nonNil(rMsg), nonNil(rResp), nonNil(rStart),
-		nonNil(dID), nonNil(dAtt), nonNil(dCode), nonNil(dMsg), nonNil(dResp), nonNil(dStart),
-		nonNil(lID), nonNil(lAtt), channel)
+	mask := 0
+	args := []any{now, text(p.Owner), channel}
+	if len(sID) > 0 {
+		mask |= finishSent
+		args = append(args, sID, sAtt, emptyPMIDtoNull(sPMID), sResp, sStart)
+	}
+	if len(rID) > 0 {
+		mask |= finishRetry
+		args = append(args, rID, rAtt, rNext, rCode, rMsg, rResp, rStart)
+	}
+	if len(dID) > 0 {
+		mask |= finishDead
+		args = append(args, dID, dAtt, dCode, dMsg, dResp, dStart)
+	}
+	if len(lID) > 0 {
+		mask |= finishReleased
+		args = append(args, lID, lAtt, lNext, lHasErr, lCode, lMsg)
+	}
+	r, err := s.db.Query(ctx, s.sql.finish[mask], args...)
 	if err != nil {
 		return outbox.FinishResult{}, wrapErr("finish", err)
 	}
@@ -148,14 +174,6 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		}
 	}
 	return res, nil
-}
-
-// nonNil turns a nil slice into an empty one (an empty array, not NULL).
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
 }
 
 // MessageRecover puts back to PENDING the PROCESSING messages claimed before

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -16,7 +17,7 @@ type sqlText struct {
 	claimAll, claimTopics                 string
 	claimFallbackAll, claimFallbackTopics string
 
-	finish  string
+	finish  [16]string // by finishMask
 	recover string
 
 	get, list, count, countAll string
@@ -202,45 +203,10 @@ LEFT JOIN upd u ON true
 ORDER BY u.seq`)
 	}
 
-	fence := `m.status = 'PROCESSING' AND m.claimed_by = $2 AND m.attempts = x.attempt`
-	finish := q(`WITH s_up AS (
-	UPDATE {T} m SET status = 'SENT', provider_message_id = x.pmid,
-		sent_at = coalesce(m.sent_at, $1), updated_at = $1, claimed_at = NULL, claimed_by = NULL
-	FROM unnest($3::text[], $4::int4[], $5::text[], $6::text[], $7::timestamptz[]) AS x(id, attempt, pmid, resp, started)
-	WHERE m.id = x.id AND ` + fence + `
-	RETURNING m.id, m.tenant, x.attempt, 'SUCCEEDED'::text AS outcome, NULL::text AS code, NULL::text AS msg,
-		x.resp, NULL::timestamptz AS next, x.started
-), r_up AS (
-	UPDATE {T} m SET status = 'PENDING', next_attempt_at = x.next, last_error_code = x.code,
-		last_error_message = x.msg, updated_at = $1, claimed_at = NULL, claimed_by = NULL
-	FROM unnest($8::text[], $9::int4[], $10::timestamptz[], $11::text[], $12::text[], $13::text[], $14::timestamptz[])
-		AS x(id, attempt, next, code, msg, resp, started)
-	WHERE m.id = x.id AND ` + fence + `
-	RETURNING m.id, m.tenant, x.attempt, 'RETRY'::text, x.code, x.msg, x.resp, x.next, x.started
-), d_up AS (
-	UPDATE {T} m SET status = 'FAILED', last_error_code = x.code, last_error_message = x.msg,
-		updated_at = $1, claimed_at = NULL, claimed_by = NULL
-	FROM unnest($15::text[], $16::int4[], $17::text[], $18::text[], $19::text[], $20::timestamptz[])
-		AS x(id, attempt, code, msg, resp, started)
-	WHERE m.id = x.id AND ` + fence + `
-	RETURNING m.id, m.tenant, x.attempt, 'FAILED'::text, x.code, x.msg, x.resp, NULL::timestamptz, x.started
-), l_up AS (
-	UPDATE {T} m SET status = 'PENDING', attempts = m.attempts - 1, updated_at = $1,
-		claimed_at = NULL, claimed_by = NULL
-	FROM unnest($21::text[], $22::int4[]) AS x(id, attempt)
-	WHERE m.id = x.id AND ` + fence + `
-	RETURNING m.id
-), att AS (
-	INSERT INTO {A} (message_id, tenant, number, outcome, error_code, error_message,
-		provider_response, next_attempt_at, started_at, finished_at)
-	SELECT a.id, a.tenant, a.attempt, a.outcome, a.code, a.msg, a.resp::json, a.next, a.started, $1
-	FROM (SELECT * FROM s_up UNION ALL SELECT * FROM r_up UNION ALL SELECT * FROM d_up) a
-), woke AS (
-	SELECT count(pg_notify($23, '')) AS n FROM (SELECT 1 FROM l_up LIMIT 1) x WHERE $23 <> ''
-)
-SELECT a.id FROM (
-	SELECT id FROM s_up UNION ALL SELECT id FROM r_up UNION ALL SELECT id FROM d_up UNION ALL SELECT id FROM l_up
-) a CROSS JOIN woke`)
+	var finish [16]string
+	for mask := range finish {
+		finish[mask] = q(finishSQL(mask))
+	}
 
 	recoverSQL := q(`WITH exp AS (
 	SELECT id, claimed_at FROM {T}
@@ -323,6 +289,96 @@ WHERE id = $1`),
 )
 SELECT count(*) FROM del`),
 	}
+}
+
+// Kinds of outcome in a MessageFinish call, as bits of the statement
+// variant: only the kinds present are in the statement, so no UPDATE scans
+// for an empty list.
+const (
+	finishSent = 1 << iota
+	finishRetry
+	finishDead
+	finishReleased
+)
+
+// finishSQL returns the MessageFinish statement for the kinds in mask. $1 is
+// now, $2 the owner, $3 the NOTIFY channel ('' for none); each present kind
+// then takes its arrays, in the order sent, retry, dead, released.
+func finishSQL(mask int) string {
+	n := 3
+	arg := func(typ string) string {
+		n++
+		return fmt.Sprintf("$%d::%s", n, typ)
+	}
+	fence := `m.status = 'PROCESSING' AND m.claimed_by = $2 AND m.attempts = x.attempt`
+	var ctes, attempts, applied []string
+	if mask&finishSent != 0 {
+		ctes = append(ctes, `s_up AS (
+	UPDATE {T} m SET status = 'SENT', provider_message_id = x.pmid,
+		sent_at = coalesce(m.sent_at, $1), updated_at = $1, claimed_at = NULL, claimed_by = NULL
+	FROM unnest(`+arg("text[]")+`, `+arg("int4[]")+`, `+arg("text[]")+`, `+arg("text[]")+`, `+arg("timestamptz[]")+`)
+		AS x(id, attempt, pmid, resp, started)
+	WHERE m.id = x.id AND `+fence+`
+	RETURNING m.id, m.tenant, x.attempt, 'SUCCEEDED'::text AS outcome, NULL::text AS code, NULL::text AS msg,
+		x.resp, NULL::timestamptz AS next, x.started
+)`)
+		attempts, applied = append(attempts, "SELECT * FROM s_up"), append(applied, "SELECT id FROM s_up")
+	}
+	if mask&finishRetry != 0 {
+		ctes = append(ctes, `r_up AS (
+	UPDATE {T} m SET status = 'PENDING', next_attempt_at = x.next, last_error_code = x.code,
+		last_error_message = x.msg, updated_at = $1, claimed_at = NULL, claimed_by = NULL
+	FROM unnest(`+arg("text[]")+`, `+arg("int4[]")+`, `+arg("timestamptz[]")+`, `+arg("text[]")+`, `+arg("text[]")+`, `+arg("text[]")+`, `+arg("timestamptz[]")+`)
+		AS x(id, attempt, next, code, msg, resp, started)
+	WHERE m.id = x.id AND `+fence+`
+	RETURNING m.id, m.tenant, x.attempt, 'RETRY'::text AS outcome, x.code, x.msg, x.resp, x.next, x.started
+)`)
+		attempts, applied = append(attempts, "SELECT * FROM r_up"), append(applied, "SELECT id FROM r_up")
+	}
+	if mask&finishDead != 0 {
+		ctes = append(ctes, `d_up AS (
+	UPDATE {T} m SET status = 'FAILED', last_error_code = x.code, last_error_message = x.msg,
+		updated_at = $1, claimed_at = NULL, claimed_by = NULL
+	FROM unnest(`+arg("text[]")+`, `+arg("int4[]")+`, `+arg("text[]")+`, `+arg("text[]")+`, `+arg("text[]")+`, `+arg("timestamptz[]")+`)
+		AS x(id, attempt, code, msg, resp, started)
+	WHERE m.id = x.id AND `+fence+`
+	RETURNING m.id, m.tenant, x.attempt, 'FAILED'::text AS outcome, x.code, x.msg, x.resp, NULL::timestamptz AS next, x.started
+)`)
+		attempts, applied = append(attempts, "SELECT * FROM d_up"), append(applied, "SELECT id FROM d_up")
+	}
+	woke := ""
+	if mask&finishReleased != 0 {
+		ctes = append(ctes, `l_up AS (
+	UPDATE {T} m SET status = 'PENDING', attempts = m.attempts - 1, updated_at = $1,
+		claimed_at = NULL, claimed_by = NULL,
+		next_attempt_at = coalesce(x.next, m.next_attempt_at),
+		last_error_code = CASE WHEN x.haserr THEN x.code ELSE m.last_error_code END,
+		last_error_message = CASE WHEN x.haserr THEN x.msg ELSE m.last_error_message END
+	FROM unnest(`+arg("text[]")+`, `+arg("int4[]")+`, `+arg("timestamptz[]")+`, `+arg("bool[]")+`, `+arg("text[]")+`, `+arg("text[]")+`)
+		AS x(id, attempt, next, haserr, code, msg)
+	WHERE m.id = x.id AND `+fence+`
+	RETURNING m.id
+)`, `woke AS (
+	SELECT count(pg_notify($3, '')) AS n FROM (SELECT 1 FROM l_up LIMIT 1) x WHERE $3 <> ''
+)`)
+		applied = append(applied, "SELECT id FROM l_up")
+		woke = " CROSS JOIN woke"
+	} else {
+		// $3 must appear in the statement for its type to be known.
+		woke = " WHERE $3::text IS NOT NULL"
+	}
+	if len(attempts) > 0 {
+		ctes = append(ctes, `att AS (
+	INSERT INTO {A} (message_id, tenant, number, outcome, error_code, error_message,
+		provider_response, next_attempt_at, started_at, finished_at)
+	SELECT a.id, a.tenant, a.attempt, a.outcome, a.code, a.msg, a.resp::json, a.next, a.started, $1
+	FROM (`+strings.Join(attempts, " UNION ALL ")+`) a
+)`)
+	}
+	if len(ctes) == 0 {
+		return `SELECT NULL::text WHERE $1::timestamptz IS NULL AND $2::text IS NULL AND $3::text IS NULL`
+	}
+	return "WITH " + strings.Join(ctes, ", ") + "\nSELECT a.id FROM (" + strings.Join(applied, " UNION ALL ") + ") a" + woke
 }
 
 // scanner is pgx.Row, pgx.Rows or *sql.Rows.
