@@ -61,7 +61,7 @@ func setup[TTx any](t *testing.T, h Harness[TTx]) *env[TTx] {
 	if b.Store == nil || b.Enqueuer == nil || b.Begin == nil || b.Commit == nil || b.Rollback == nil || b.Usable == nil {
 		t.Fatal("storetest: the Backend lacks a field")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	t0 := time.Now().UTC().Truncate(time.Millisecond)
 	return &env[TTx]{
