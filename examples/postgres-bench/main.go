@@ -55,6 +55,7 @@ type config struct {
 	rssN         int
 	pgbench      bool
 	pgbenchFor   time.Duration
+	rounds       int
 	clients      int
 	claimBatch   int
 	processorCfg outbox.Config
@@ -79,9 +80,9 @@ func main() {
 
 	c.enqueueFor, c.drainN, c.drainGroups = 10*time.Second, 100_000, 1000
 	c.latencyRate, c.latencyFor, c.rssN = 500, 20*time.Second, 1_000_000
-	c.pgbenchFor, c.clients, c.claimBatch = 10*time.Second, 8, 500
+	c.pgbenchFor, c.clients, c.claimBatch, c.rounds = 10*time.Second, 8, 500, 3
 	if c.quick {
-		c.enqueueFor, c.drainN, c.latencyFor, c.rssN, c.pgbenchFor = 3*time.Second, 20_000, 5*time.Second, 100_000, 3*time.Second
+		c.enqueueFor, c.drainN, c.latencyFor, c.rssN, c.pgbenchFor, c.rounds = 3*time.Second, 20_000, 5*time.Second, 100_000, 3*time.Second, 1
 	}
 
 	ctx := context.Background()
@@ -101,36 +102,90 @@ func main() {
 	defer pool.Close()
 	var version string
 	_ = pool.QueryRow(ctx, "SHOW server_version").Scan(&version)
-	var rows []row
-	add := func(r ...row) {
-		for _, x := range r {
-			log.Printf("%-58s %s", x.name, x.value)
+	hasPgbench := false
+	if c.pgbench {
+		if _, err := exec.LookPath("pgbench"); err == nil {
+			hasPgbench = true
+		} else {
+			log.Printf("pgbench is not on PATH: no ceilings")
 		}
-		rows = append(rows, r...)
 	}
-	if want("pgbench") && c.pgbench {
-		r, err := pgbenchCeilings(ctx, c, pool)
-		if err != nil {
-			log.Printf("pgbench ceilings skipped: %v", err)
+	var rows []row
+	add := func(r row) {
+		log.Printf("%s: %s (ceiling %s)", r.name, r.value, r.ceiling)
+		rows = append(rows, r)
+	}
+	// Each throughput figure is the median of c.rounds runs, each run of
+	// ours right after its pgbench ceiling, so both see the same disk.
+	rounds := func(name string, ours func() (float64, string, error), ceiling func() (float64, error), unit, target string, minFrac float64) {
+		var o, cl []float64
+		var note string
+		for i := range c.rounds {
+			if ceiling != nil && hasPgbench {
+				v, err := ceiling()
+				if err != nil {
+					log.Fatalf("%s: ceiling: %v", name, err)
+				}
+				cl = append(cl, v)
+			}
+			v, n, err := ours()
+			if err != nil {
+				log.Fatalf("%s: %v", name, err)
+			}
+			o = append(o, v)
+			if note == "" || strings.Contains(n, "NO") {
+				note = n
+			}
+			log.Printf("  %s round %d: %.0f %s", name, i+1, v, unit)
 		}
-		add(r...)
+		r := row{name: name, value: fmt.Sprintf("%.0f %s", median(o), unit), target: target}
+		if note != "" {
+			r.value += ", " + note
+		}
+		if len(cl) > 0 {
+			frac := median(o) / median(cl)
+			r.ceiling = fmt.Sprintf("%.0f %s", median(cl), unit)
+			r.frac = fmt.Sprintf("%.0f%%", 100*frac)
+			if minFrac > 0 {
+				r.met = verdict(frac >= minFrac && !strings.Contains(note, "NO"))
+			}
+		}
+		add(r)
+	}
+	var pg *ceilings
+	if hasPgbench {
+		pg, err = newCeilings(ctx, c, pool)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer pg.close()
+	}
+	ceil := func(f func() (float64, error)) func() (float64, error) {
+		if pg == nil {
+			return nil
+		}
+		return f
 	}
 	if want("enqueue") {
-		for _, per := range []int{1, 100} {
-			r, err := benchEnqueue(ctx, c, pool, per)
-			if err != nil {
-				log.Fatal(err)
-			}
-			add(r)
+		if pg != nil {
+			rounds("ceiling only: pgbench single-row INSERT, autocommit, 8 clients", func() (float64, string, error) { v, err := pg.insert(1, false); return v, "", err }, nil, "rows/s", "", 0)
 		}
+		rounds("enqueue, 1 message per transaction, 8 clients", func() (float64, string, error) { return benchEnqueue(ctx, c, pool, 1, 1) },
+			ceil(func() (float64, error) { return pg.insert(1, true) }), "msg/s", "", 0)
+		rounds("enqueue, 100 messages per transaction (one group), 8 clients", func() (float64, string, error) { return benchEnqueue(ctx, c, pool, 100, 1) },
+			ceil(func() (float64, error) { return pg.insert(100, true) }), "msg/s", ">= 70% of ceiling", 0.7)
+		rounds("enqueue, 100 messages per transaction (100 groups), 8 clients", func() (float64, string, error) { return benchEnqueue(ctx, c, pool, 100, 100) },
+			ceil(func() (float64, error) { return pg.insert(100, true) }), "msg/s", "", 0)
 	}
 	if want("drain") {
 		for _, procs := range []int{1, 4} {
-			r, err := benchDrain(ctx, c, pool, procs)
-			if err != nil {
-				log.Fatal(err)
+			target, minFrac := "", 0.0
+			if procs == 4 {
+				target, minFrac = ">= 50% of ceiling, FIFO held", 0.5
 			}
-			add(r...)
+			rounds(fmt.Sprintf("drain %d messages (%d groups, ~200-byte payload), %d processor(s)", c.drainN, c.drainGroups, procs),
+				func() (float64, string, error) { return benchDrain(ctx, c, pool, procs) },
+				ceil(func() (float64, error) { return pg.claim(procs) }), "msg/s", target, minFrac)
 		}
 	}
 	if want("latency") {
@@ -138,24 +193,50 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		add(r...)
+		add(r)
 	}
 	if want("rss") {
 		r, err := benchRSS(ctx, c, pool)
 		if err != nil {
 			log.Fatal(err)
 		}
-		add(r...)
+		add(r)
 	}
-	fmt.Printf("\n## store/postgres on %d cores, PostgreSQL %s, Go %s\n\n", runtime.NumCPU(), version, runtime.Version())
-	fmt.Println("| measurement | result |")
-	fmt.Println("|---|---|")
+	fmt.Printf("\n## store/postgres: %d CPUs, PostgreSQL %s, %s, notify %v, median of %d rounds\n\n", runtime.NumCPU(), version, runtime.Version(), !noNotify, c.rounds)
+	fmt.Println("| measurement | store/postgres | pgbench ceiling | fraction | target | met |")
+	fmt.Println("|---|---|---|---|---|---|")
 	for _, r := range rows {
-		fmt.Printf("| %s | %s |\n", r.name, r.value)
+		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", r.name, r.value, dash(r.ceiling), dash(r.frac), dash(r.target), dash(r.met))
 	}
 }
 
-type row struct{ name, value string }
+func dash(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "no"
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+type row struct{ name, value, ceiling, frac, target, met string }
 
 var noNotify bool
 
@@ -237,10 +318,12 @@ func bulkEnqueue(ctx context.Context, s *postgres.Store, n, groups int) error {
 // Note: bulkEnqueue's batches run concurrently, so positions within a group
 // are only ordered by sequence; the FIFO check below uses the sequence.
 
-func benchEnqueue(ctx context.Context, c config, pool *pgxpool.Pool, per int) (row, error) {
+// benchEnqueue: clients transactions at a time, each enqueueing per
+// messages spread over spread random groups (of 1,000).
+func benchEnqueue(ctx context.Context, c config, pool *pgxpool.Pool, per, spread int) (float64, string, error) {
 	s, cleanup, err := fresh(ctx, pool, postgres.Options{})
 	if err != nil {
-		return row{}, err
+		return 0, "", err
 	}
 	defer cleanup()
 	ob := outbox.New[pgx.Tx](s, outbox.Options{})
@@ -256,8 +339,9 @@ func benchEnqueue(ctx context.Context, c config, pool *pgxpool.Pool, per int) (r
 			rng := mrand.New(mrand.NewPCG(uint64(w), 1))
 			msgs := make([]outbox.Message, per)
 			for i := 0; time.Now().Before(deadline); i++ {
+				base := rng.IntN(1000)
 				for j := range msgs {
-					g := fmt.Sprintf("group-%04d", rng.IntN(1000))
+					g := fmt.Sprintf("group-%04d", (base+j%spread)%1000)
 					msgs[j] = outbox.Message{Topic: "bench", Group: g, Payload: payload(g, i)}
 				}
 				tx, err := pool.Begin(ctx)
@@ -282,10 +366,9 @@ func benchEnqueue(ctx context.Context, c config, pool *pgxpool.Pool, per int) (r
 	elapsed := time.Since(start)
 	close(errs)
 	if err := <-errs; err != nil {
-		return row{}, err
+		return 0, "", err
 	}
-	rate := float64(total.Load()) / elapsed.Seconds()
-	return row{fmt.Sprintf("enqueue, %d message(s) per transaction, %d clients", per, c.clients), fmt.Sprintf("%.0f msg/s", rate)}, nil
+	return float64(total.Load()) / elapsed.Seconds(), "", nil
 }
 
 // fifoPublisher is a no-op publisher that checks FIFO per group by sequence
@@ -335,6 +418,7 @@ func runProcessors(ctx context.Context, dsn string, s *postgres.Store, pub outbo
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	var pools []*pgxpool.Pool
+	var counters []*countingStore
 	fail := func(err error) func() error {
 		cancel()
 		for _, p := range pools {
@@ -354,7 +438,13 @@ func runProcessors(ctx context.Context, dsn string, s *postgres.Store, pub outbo
 		}
 		c := cfg
 		c.ID = fmt.Sprintf("bench-%d", i)
-		p, err := outbox.NewProcessor(ps, pub, c)
+		var st outbox.Store = ps
+		if os.Getenv("BENCH_DEBUG") != "" {
+			cs := &countingStore{Store: ps}
+			st = cs
+			counters = append(counters, cs)
+		}
+		p, err := outbox.NewProcessor(st, pub, c)
 		if err != nil {
 			return fail(err)
 		}
@@ -364,6 +454,9 @@ func runProcessors(ctx context.Context, dsn string, s *postgres.Store, pub outbo
 	return func() error {
 		cancel()
 		wg.Wait()
+		for i, cs := range counters {
+			log.Printf("processor %d: %s", i, cs)
+		}
 		for _, p := range pools {
 			p.Close()
 		}
@@ -371,17 +464,17 @@ func runProcessors(ctx context.Context, dsn string, s *postgres.Store, pub outbo
 	}
 }
 
-func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) ([]row, error) {
+func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) (float64, string, error) {
 	s, cleanup, err := fresh(ctx, pool, postgres.Options{})
 	if err != nil {
-		return nil, err
+		return 0, "", err
 	}
 	defer cleanup()
 	if err := bulkEnqueue(ctx, s, c.drainN, c.drainGroups); err != nil {
-		return nil, err
+		return 0, "", err
 	}
 	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+s.MessagesTable()); err != nil {
-		return nil, err
+		return 0, "", err
 	}
 	pub := newFIFO()
 	start := time.Now()
@@ -391,11 +484,11 @@ func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) ([
 	}
 	elapsed := time.Since(start)
 	if err := stop(); err != nil {
-		return nil, err
+		return 0, "", err
 	}
 	cnt, err := s.MessageCount(ctx, outbox.MessageCountParams{AllTenants: true})
 	if err != nil {
-		return nil, err
+		return 0, "", err
 	}
 	fifo := "yes"
 	if pub.violated.Load() > 0 {
@@ -404,16 +497,13 @@ func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) ([
 	if cnt[outbox.StatusSent] != int64(c.drainN) {
 		fifo += fmt.Sprintf("; %d SENT of %d", cnt[outbox.StatusSent], c.drainN)
 	}
-	return []row{{
-		fmt.Sprintf("drain %d messages (%d groups), %d processor(s)", c.drainN, c.drainGroups, procs),
-		fmt.Sprintf("%.0f msg/s, FIFO held: %s, duplicates: %d", float64(c.drainN)/elapsed.Seconds(), fifo, pub.dup.Load()),
-	}}, nil
+	return float64(c.drainN) / elapsed.Seconds(), fmt.Sprintf("FIFO held: %s, duplicates: %d", fifo, pub.dup.Load()), nil
 }
 
-func benchLatency(ctx context.Context, c config, pool *pgxpool.Pool) ([]row, error) {
+func benchLatency(ctx context.Context, c config, pool *pgxpool.Pool) (row, error) {
 	s, cleanup, err := fresh(ctx, pool, postgres.Options{})
 	if err != nil {
-		return nil, err
+		return row{}, err
 	}
 	defer cleanup()
 	var mu sync.Mutex
@@ -484,11 +574,11 @@ func benchLatency(ctx context.Context, c config, pool *pgxpool.Pool) ([]row, err
 		time.Sleep(10 * time.Millisecond)
 	}
 	if err := stop(); err != nil {
-		return nil, err
+		return row{}, err
 	}
 	select {
 	case err := <-errs:
-		return nil, err
+		return row{}, err
 	default:
 	}
 	if os.Getenv("BENCH_DEBUG") != "" {
@@ -506,31 +596,37 @@ func benchLatency(ctx context.Context, c config, pool *pgxpool.Pool) ([]row, err
 		i := int(math.Ceil(p/100*float64(len(lat)))) - 1
 		return fmt.Sprintf("%.1f ms", float64(lat[max(i, 0)])/float64(time.Millisecond))
 	}
-	return []row{{
-		fmt.Sprintf("latency enqueue-commit to publish, %d msg/s for %s (1 processor, defaults)", c.latencyRate, c.latencyFor),
-		fmt.Sprintf("p50 %s, p95 %s, p99 %s, max %s (%d samples, %.0f msg/s achieved)", pct(50), pct(95), pct(99), pct(100), len(lat), achieved),
-	}}, nil
+	p99 := time.Duration(0)
+	if len(lat) > 0 {
+		p99 = lat[max(int(math.Ceil(0.99*float64(len(lat))))-1, 0)]
+	}
+	return row{
+		name:   fmt.Sprintf("latency enqueue-commit to publish at %d msg/s for %s (1 msg/transaction, 1 processor, defaults)", c.latencyRate, c.latencyFor),
+		value:  fmt.Sprintf("p50 %s, p95 %s, p99 %s, max %s (%d samples, %.0f msg/s achieved)", pct(50), pct(95), pct(99), pct(100), len(lat), achieved),
+		target: "p99 < 50 ms",
+		met:    verdict(p99 > 0 && p99 < 50*time.Millisecond && achieved >= 0.95*float64(c.latencyRate)),
+	}, nil
 }
 
 // benchRSS enqueues rssN messages, then drains them in a child process (one
 // processor, defaults) that reports its peak RSS.
-func benchRSS(ctx context.Context, c config, pool *pgxpool.Pool) ([]row, error) {
+func benchRSS(ctx context.Context, c config, pool *pgxpool.Pool) (row, error) {
 	s, cleanup, err := fresh(ctx, pool, postgres.Options{})
 	if err != nil {
-		return nil, err
+		return row{}, err
 	}
 	defer cleanup()
 	start := time.Now()
 	if err := bulkEnqueue(ctx, s, c.rssN, c.drainGroups); err != nil {
-		return nil, err
+		return row{}, err
 	}
 	log.Printf("enqueued %d messages in %s", c.rssN, time.Since(start).Round(time.Millisecond))
 	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+s.MessagesTable()); err != nil {
-		return nil, err
+		return row{}, err
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return nil, err
+		return row{}, err
 	}
 	args := []string{"-mode", "drain-rss", "-schema", s.Schema(), "-dsn", c.dsn}
 	if c.quick {
@@ -540,9 +636,18 @@ func benchRSS(ctx context.Context, c config, pool *pgxpool.Pool) ([]row, error) 
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("child: %w", err)
+		return row{}, fmt.Errorf("child: %w", err)
 	}
-	return []row{{fmt.Sprintf("peak RSS draining %d messages (1 processor, defaults)", c.rssN), strings.TrimSpace(string(out))}}, nil
+	var mb, rate float64
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "%f MB %f", &mb, &rate); err != nil {
+		return row{}, fmt.Errorf("child output %q: %w", out, err)
+	}
+	return row{
+		name:   fmt.Sprintf("peak RSS draining %d messages (1 processor, defaults)", c.rssN),
+		value:  fmt.Sprintf("%.1f MB (drained at %.0f msg/s)", mb, rate),
+		target: "< 150 MB",
+		met:    verdict(mb < 150),
+	}, nil
 }
 
 func childDrain(ctx context.Context, c config, schema string) error {
@@ -569,8 +674,44 @@ func childDrain(ctx context.Context, c config, schema string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%.1f MB (drained at %.0f msg/s)\n", float64(hwm)/1024, float64(c.rssN)/elapsed.Seconds())
+	fmt.Printf("%.1f MB %.0f\n", float64(hwm)/1024, float64(c.rssN)/elapsed.Seconds())
 	return nil
+}
+
+// countingStore counts the calls of the processor's hot path.
+type countingStore struct {
+	*postgres.Store
+	claims, claimed, finishes, finished, claimNs, finishNs atomic.Int64
+}
+
+func (c *countingStore) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
+	t := time.Now()
+	ms, err := c.Store.MessageClaim(ctx, p)
+	c.claimNs.Add(int64(time.Since(t)))
+	c.claims.Add(1)
+	c.claimed.Add(int64(len(ms)))
+	return ms, err
+}
+
+func (c *countingStore) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
+	t := time.Now()
+	r, err := c.Store.MessageFinish(ctx, p)
+	c.finishNs.Add(int64(time.Since(t)))
+	c.finishes.Add(1)
+	c.finished.Add(int64(len(p.Sent) + len(p.Retry) + len(p.Dead) + len(p.Released)))
+	return r, err
+}
+
+func (c *countingStore) String() string {
+	avg := func(ns, n int64) time.Duration {
+		if n == 0 {
+			return 0
+		}
+		return time.Duration(ns / n)
+	}
+	return fmt.Sprintf("%d claims (%d msgs, avg %s), %d finishes (%d outcomes, avg %s)",
+		c.claims.Load(), c.claimed.Load(), avg(c.claimNs.Load(), c.claims.Load()),
+		c.finishes.Load(), c.finished.Load(), avg(c.finishNs.Load(), c.finishes.Load()))
 }
 
 type countPublisher struct{ n atomic.Int64 }
@@ -598,85 +739,98 @@ func vmHWM() (int64, error) {
 
 var tpsRE = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
 
-// pgbenchCeilings runs pgbench on a copy of the outbox schema with the
-// statements a store would run without its extras (no advisory lock, no
-// notify, no FIFO logic): a single-row insert per transaction, a 100-row
-// insert per transaction, and the naive claim (SKIP LOCKED, 100 rows) plus
-// the update that marks them sent.
-func pgbenchCeilings(ctx context.Context, c config, pool *pgxpool.Pool) ([]row, error) {
-	if _, err := exec.LookPath("pgbench"); err != nil {
-		return nil, errors.New("pgbench is not on PATH")
-	}
+// ceilings runs pgbench on a copy of the outbox schema with the statements a
+// store would run without its extras (no advisory lock, no notify, no
+// idempotency check, no FIFO logic, no attempt history).
+type ceilings struct {
+	ctx     context.Context
+	c       config
+	pool    *pgxpool.Pool
+	s       *postgres.Store
+	cleanup func()
+	dir     string
+}
+
+func newCeilings(ctx context.Context, c config, pool *pgxpool.Pool) (*ceilings, error) {
 	s, cleanup, err := fresh(ctx, pool, postgres.Options{})
 	if err != nil {
 		return nil, err
 	}
-	defer cleanup()
 	dir, err := os.MkdirTemp("", "outboxkit-pgbench")
 	if err != nil {
+		cleanup()
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	t := s.MessagesTable()
-	cols := `(id, tenant, topic, grp, idempotency_key, status, attempts, max_attempts, next_attempt_at, created_at, updated_at, payload)`
-	val := func(id string) string {
-		return fmt.Sprintf(`(%s, '', 'bench', 'group-' || (random()*1000)::int, %s, 'PENDING', 0, 0, now(), now(), now(), '%s')`, id, id, payload("group-0001", 1))
+	return &ceilings{ctx: ctx, c: c, pool: pool, s: s, cleanup: cleanup, dir: dir}, nil
+}
+
+func (p *ceilings) close() {
+	p.cleanup()
+	_ = os.RemoveAll(p.dir)
+}
+
+func (p *ceilings) run(name, script string, clients int, extra ...string) (float64, error) {
+	f := filepath.Join(p.dir, name+".sql")
+	if err := os.WriteFile(f, []byte(script), 0o600); err != nil {
+		return 0, err
 	}
-	one := fmt.Sprintf("INSERT INTO %s %s VALUES %s;\n", t, cols, val(`md5(random()::text || clock_timestamp()::text)`))
-	hundred := fmt.Sprintf("INSERT INTO %s %s SELECT %s FROM generate_series(1, 100) g;\n", t, cols,
-		strings.TrimSuffix(strings.TrimPrefix(val(`md5(random()::text || clock_timestamp()::text || g)`), "("), ")"))
-	claim := fmt.Sprintf(`BEGIN;
-WITH c AS (SELECT id FROM %[1]s WHERE status = 'PENDING' ORDER BY seq LIMIT 100 FOR UPDATE SKIP LOCKED)
+	args := append([]string{"-n", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, runtime.NumCPU())), "-f", f}, extra...)
+	args = append(args, p.c.dsn)
+	out, err := exec.CommandContext(p.ctx, "pgbench", args...).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("pgbench %s: %w: %s", name, err, out)
+	}
+	m := tpsRE.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("pgbench %s: no tps in output: %s", name, out)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+const ceilingCols = `(id, tenant, topic, grp, idempotency_key, status, attempts, max_attempts, next_attempt_at, created_at, updated_at, payload)`
+
+// insert: rows per transaction, in an explicit transaction (as an enqueue
+// in the caller's transaction is) or autocommit; 8 clients; rows/s.
+func (p *ceilings) insert(rows int, explicit bool) (float64, error) {
+	key := "md5(random()::text || clock_timestamp()::text || g)"
+	vals := fmt.Sprintf(`%s, '', 'bench', 'group-' || (random()*1000)::int, %s, 'PENDING', 0, 0, now(), now(), now(), '%s'`, key, key, payload("group-0001", 1))
+	stmt := fmt.Sprintf("INSERT INTO %s %s SELECT %s FROM generate_series(1, %d) g;\n", p.s.MessagesTable(), ceilingCols, vals, rows)
+	if explicit {
+		stmt = "BEGIN;\n" + stmt + "COMMIT;\n"
+	}
+	tps, err := p.run(fmt.Sprintf("insert%d", rows), stmt, p.c.clients, "-T", strconv.Itoa(int(p.c.pgbenchFor.Seconds())))
+	if _, terr := p.pool.Exec(p.ctx, "TRUNCATE "+p.s.MessagesTable()); terr != nil && err == nil {
+		err = terr
+	}
+	return tps * float64(rows), err
+}
+
+// claim drains a backlog of the drain benchmark's shape with the naive
+// claim (SKIP LOCKED, ordered by seq, no FIFO guarantee) of claimBatch rows
+// and the update that marks them sent, by clients clients; rows/s.
+func (p *ceilings) claim(clients int) (float64, error) {
+	t := p.s.MessagesTable()
+	if _, err := p.pool.Exec(p.ctx, "TRUNCATE "+t); err != nil {
+		return 0, err
+	}
+	if err := bulkEnqueue(p.ctx, p.s, p.c.drainN, p.c.drainGroups); err != nil {
+		return 0, err
+	}
+	if _, err := p.pool.Exec(p.ctx, "VACUUM ANALYZE "+t); err != nil {
+		return 0, err
+	}
+	script := fmt.Sprintf(`BEGIN;
+WITH c AS (SELECT id FROM %[1]s WHERE status = 'PENDING' ORDER BY seq LIMIT %[2]d FOR UPDATE SKIP LOCKED)
 UPDATE %[1]s m SET status = 'PROCESSING', attempts = m.attempts + 1, claimed_at = now(), claimed_by = 'c' || :client_id, updated_at = now() FROM c WHERE m.id = c.id;
 COMMIT;
 UPDATE %[1]s SET status = 'SENT', sent_at = now(), updated_at = now(), claimed_at = NULL, claimed_by = NULL WHERE status = 'PROCESSING' AND claimed_by = 'c' || :client_id;
-`, t)
-	run := func(name, script string, clients int, extra ...string) (float64, error) {
-		f := filepath.Join(dir, name+".sql")
-		if err := os.WriteFile(f, []byte(script), 0o600); err != nil {
-			return 0, err
-		}
-		args := append([]string{"-n", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, runtime.NumCPU())), "-f", f}, extra...)
-		args = append(args, c.dsn)
-		out, err := exec.CommandContext(ctx, "pgbench", args...).CombinedOutput()
-		if err != nil {
-			return 0, fmt.Errorf("pgbench %s: %w: %s", name, err, out)
-		}
-		m := tpsRE.FindSubmatch(out)
-		if m == nil {
-			return 0, fmt.Errorf("pgbench %s: no tps in output: %s", name, out)
-		}
-		return strconv.ParseFloat(string(m[1]), 64)
-	}
-	secs := strconv.Itoa(int(c.pgbenchFor.Seconds()))
-	var rows []row
-	tps, err := run("insert1", one, c.clients, "-T", secs)
-	if err != nil {
-		return rows, err
-	}
-	rows = append(rows, row{fmt.Sprintf("ceiling: pgbench single-row INSERT per transaction, %d clients", c.clients), fmt.Sprintf("%.0f rows/s", tps)})
-	tps, err = run("insert100", hundred, c.clients, "-T", secs)
-	if err != nil {
-		return rows, err
-	}
-	rows = append(rows, row{fmt.Sprintf("ceiling: pgbench 100-row INSERT per transaction, %d clients", c.clients), fmt.Sprintf("%.0f rows/s", tps*100)})
-	// The claim ceiling drains a backlog of the same shape as the drain
-	// benchmark, with 4 clients (the 4 processors).
-	if _, err := pool.Exec(ctx, "TRUNCATE "+t); err != nil {
-		return rows, err
-	}
-	if err := bulkEnqueue(ctx, s, c.drainN, c.drainGroups); err != nil {
-		return rows, err
-	}
-	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
-		return rows, err
-	}
-	per := c.drainN / 100 / 4
+`, t, p.c.claimBatch)
+	per := p.c.drainN / p.c.claimBatch / clients
 	start := time.Now()
-	if _, err := run("claim", claim, 4, "-t", strconv.Itoa(per)); err != nil {
-		return rows, err
+	if _, err := p.run("claim", script, clients, "-t", strconv.Itoa(per)); err != nil {
+		return 0, err
 	}
-	rate := float64(per*4*100) / time.Since(start).Seconds()
-	rows = append(rows, row{"ceiling: pgbench claim 100 (SKIP LOCKED, no FIFO) + mark sent, 4 clients", fmt.Sprintf("%.0f rows/s", rate)})
-	return rows, nil
+	rate := float64(per*clients*p.c.claimBatch) / time.Since(start).Seconds()
+	_, err := p.pool.Exec(p.ctx, "TRUNCATE "+t)
+	return rate, err
 }

@@ -288,3 +288,44 @@ func TestCommitOrderFollowsSequence(t *testing.T) {
 }
 
 var _ = pgx.ErrNoRows
+
+// TestClaimLooksPastBlockedBacklog: when the oldest pending messages all
+// belong to a group that is blocked (its head is in flight), the claim
+// still finds the groups behind them, however long the blocked backlog.
+func TestClaimLooksPastBlockedBacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var big []outbox.Message
+	for i := range 2500 {
+		big = append(big, msg("t", "big", i))
+	}
+	b.enqueue(big...)
+	others := b.enqueue(msg("t", "a", 0), msg("t", "b", 0), msg("u", "c", 0), msg("t", "", 0))
+	head := b.claim("p", 1)
+	if len(head) != 1 || head[0].Group != "big" {
+		t.Fatalf("first claim: %v", ids(head))
+	}
+	got := b.claim("q", 50)
+	want := map[string]bool{}
+	for _, o := range others {
+		want[o.Message.ID] = true
+	}
+	if len(got) != len(want) {
+		t.Fatalf("claimed %d messages, want the %d behind the blocked backlog", len(got), len(want))
+	}
+	for _, m := range got {
+		if !want[m.ID] {
+			t.Fatalf("claimed %s of group %q", m.ID, m.Group)
+		}
+	}
+	// With a topic filter too.
+	if more := b.claim("r", 50); len(more) != 0 {
+		t.Fatalf("claimed %d more", len(more))
+	}
+	b.sent("q", got...)
+	b.enqueue(msg("u", "d", 0))
+	ms, err := b.store.MessageClaim(b.ctx, outbox.MessageClaimParams{Limit: 5, Owner: "r", Topics: []string{"u"}, Now: time.Now()})
+	if err != nil || len(ms) != 1 || ms[0].Group != "d" {
+		t.Fatalf("topic claim past the backlog: %v %v", ids(ms), err)
+	}
+}

@@ -164,7 +164,12 @@ runs AS MATERIALIZED (
 	LIMIT $3
 ),` + claimTail(tf) + `
 SELECT s.scanned, s.maxseq, {UCOLS}
-FROM (SELECT count(*) AS scanned, coalesce(max(seq), 0) AS maxseq FROM win) s
+FROM (
+	-- The window's size matters only when the runs did not fill the claim
+	-- (then every head, hence the whole window, was read already).
+	SELECT CASE WHEN (SELECT count(*) FROM runs) < $3 THEN (SELECT count(*) FROM win) ELSE 0 END AS scanned,
+		CASE WHEN (SELECT count(*) FROM runs) < $3 THEN (SELECT coalesce(max(seq), 0) FROM win) ELSE 0 END AS maxseq
+) s
 LEFT JOIN upd u ON true
 ORDER BY u.seq`)
 	}
