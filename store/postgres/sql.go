@@ -307,7 +307,7 @@ const (
 )
 
 // finishSQL returns the MessageFinish statement for the kinds in mask. $1 is
-// now, $2 the owner, $3 the NOTIFY channel (” for none); each present kind
+// now, $2 the owner, $3 the NOTIFY channel (empty for none); each present kind
 // then takes its arrays, in the order sent, retry, dead, released.
 func finishSQL(mask int) string {
 	n := 3
