@@ -220,9 +220,16 @@ func (p *Processor) pollOnce(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	p.inflight.Add(int64(len(msgs)))
+	// Hand the whole claim over under one lock: a group's messages from one
+	// claim must land in the same worker queue. Otherwise a worker could
+	// publish message n, fail, release its queue and exit before n+1 is
+	// handed over, and a new worker would publish n+1 while n waits for its
+	// retry.
+	p.mu.Lock()
 	for i := range msgs {
-		p.dispatch(msgs[i])
+		p.dispatchLocked(msgs[i])
 	}
+	p.mu.Unlock()
 	return len(msgs) == limit, nil
 }
 
@@ -259,7 +266,9 @@ type groupWorker struct {
 	queue   []Message
 }
 
-func (p *Processor) dispatch(m Message) {
+// dispatchLocked queues m on its group's worker, starting one if needed.
+// p.mu must be held.
+func (p *Processor) dispatchLocked(m Message) {
 	key := m.GroupKey()
 	ordered := m.Group != ""
 	if !ordered {
@@ -267,7 +276,6 @@ func (p *Processor) dispatch(m Message) {
 		_, _ = h.Write([]byte(m.ID))
 		key = fmt.Sprintf("%s\x00#%d", key, h.Sum32()%uint32(p.cfg.MaxConcurrentGroups))
 	}
-	p.mu.Lock()
 	g, ok := p.groups[key]
 	if !ok {
 		g = &groupWorker{key: key, ordered: ordered}
@@ -276,7 +284,6 @@ func (p *Processor) dispatch(m Message) {
 		go p.work(g)
 	}
 	g.queue = append(g.queue, m)
-	p.mu.Unlock()
 }
 
 // take removes up to n messages from g's queue; when the queue is empty it
