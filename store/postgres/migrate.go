@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -28,10 +29,7 @@ type Migration struct {
 // Migrations returns every migration of this version of the package, oldest
 // first, rendered for the store's schema and table prefix.
 func (s *Store) Migrations() []Migration {
-	ents, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		panic("postgres: embedded migrations: " + err.Error()) // build-time content; cannot fail
-	}
+	ents, _ := fs.ReadDir(migrationFS, "migrations") // embedded at build time: cannot fail
 	byVersion := map[int]*Migration{}
 	render := strings.NewReplacer("{{schema}}", s.schema, "{{prefix}}", s.prefix)
 	for _, e := range ents {
@@ -81,6 +79,9 @@ func cutDirection(name string) (base, dir string, ok bool) {
 // on an advisory lock and the later ones find nothing to do.
 func (s *Store) Migrate(ctx context.Context) error {
 	migs := s.Migrations()
+	if len(migs) == 0 {
+		return errors.New("postgres: migrate: no embedded migrations")
+	}
 	return s.migrate(ctx, migs[len(migs)-1].Version)
 }
 
@@ -116,6 +117,9 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 
 func (s *Store) migrate(ctx context.Context, target int) error {
 	migs := s.Migrations()
+	if len(migs) == 0 {
+		return errors.New("postgres: migrate: no embedded migrations")
+	}
 	if target > migs[len(migs)-1].Version {
 		return fmt.Errorf("postgres: migrate: version %d is newer than this package knows (%d)", target, migs[len(migs)-1].Version)
 	}
