@@ -132,7 +132,7 @@ func (s *Store) listenOn(ctx context.Context, conn *pgx.Conn, ch chan struct{}, 
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
 	token := "outboxkit-selftest-" + hex.EncodeToString(nonce[:])
-	if _, err := s.db.Exec(ctx, `SELECT pg_notify($1, $2)`, s.channel, token); err != nil {
+	if err := s.notifyOther(ctx, token); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(listenSelfTestTimeout)
@@ -181,4 +181,22 @@ func (s *Store) listenOn(ctx context.Context, conn *pgx.Conn, ch chan struct{}, 
 func pgconnTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
+}
+
+// notifyOther sends payload on the store's channel from a connection other
+// than the listener's: the pool when DB is one (safe for concurrent use),
+// else a short-lived connection from Options.Connect (a single *pgx.Conn
+// DB belongs to the application and must not be used concurrently).
+func (s *Store) notifyOther(ctx context.Context, payload string) error {
+	if _, ok := s.db.(acquirer); ok || s.opts.Connect == nil {
+		_, err := s.db.Exec(ctx, `SELECT pg_notify($1, $2)`, s.channel, payload)
+		return err
+	}
+	c, err := s.opts.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close(context.WithoutCancel(ctx)) }()
+	_, err = c.Exec(ctx, `SELECT pg_notify($1, $2)`, s.channel, payload)
+	return err
 }
