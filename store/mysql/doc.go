@@ -1,0 +1,45 @@
+// Package mysql is the outbox store for MySQL 8 and MariaDB 10.6+, over
+// database/sql and github.com/go-sql-driver/mysql.
+//
+// A Store implements outbox.Store (what the processor, webhooks and operators
+// use), outbox.Enqueuer[*sql.Tx] (what outbox.Outbox uses to insert messages
+// in the application's transaction) and outbox.Waker (an in-process signal,
+// so a processor in the same process claims new messages at once).
+//
+//	db, err := sql.Open("mysql", "app:secret@tcp(db:3306)/app")
+//	if err != nil { ... }
+//	st, err := mysql.New(db, mysql.Options{})
+//	if err != nil { ... }
+//	if err := st.Migrate(ctx); err != nil { ... }
+//
+//	ob := outbox.New[*sql.Tx](st, outbox.Options{})
+//	err = st.InTx(ctx, func(tx *sql.Tx) error {
+//		// ... business writes in tx ...
+//		_, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Group: orderID, Payload: body})
+//		return err
+//	}) // committed: the processor is woken at once
+//
+//	go outbox.Run(ctx, st, publisher, outbox.Config{})
+//
+// # Guarantees
+//
+// Enqueue is idempotent per (Tenant, IdempotencyKey) without aborting the
+// caller's transaction (INSERT ... ON DUPLICATE KEY UPDATE, then the
+// original is read back). Enqueueing into an ordered group locks the group's
+// row in the <prefix>groups table until the transaction ends, so a group's
+// messages commit in sequence order. Claims use SELECT ... FOR UPDATE SKIP
+// LOCKED in READ COMMITTED transactions and keep FIFO per (tenant, topic,
+// group) across any number of processors. Outcomes are recorded in batches,
+// fenced by the lease. Store-owned transactions chosen as deadlock victims
+// are retried.
+//
+// # Schema
+//
+// Migrate applies the embedded, versioned migrations (idempotent; replicas
+// starting at once serialise on GET_LOCK). Tables are <prefix>messages,
+// <prefix>attempts, <prefix>groups and <prefix>schema_version, prefix
+// Options.TablePrefix (default "outbox_"). Keys are VARBINARY (compared
+// byte for byte); times are DATETIME(6) holding UTC, written as literals, so
+// the DSN's parseTime, loc and the session time_zone do not matter. Times a
+// Store returns are truncated to the microsecond.
+package mysql
