@@ -116,7 +116,9 @@ func (s *Store) claimGroups(ctx context.Context, tx *sql.Tx, nowS, topicFilter s
 	m := s.q.messages
 	// Heads: due PENDING ordered messages with no earlier open message in
 	// their group (as of now; re-checked below once the run is locked).
-	args := append(append([]any{nowS}, topicArgs...), limit)
+	// More heads than limit are read: a head another claimer holds yields
+	// nothing, and the claim goes on with the next.
+	args := append(append([]any{nowS}, topicArgs...), min(4*limit, limit+100))
 	rows, err := tx.QueryContext(ctx, `SELECT w.tenant, w.topic, w.grp, w.seq
 		FROM `+m+` w FORCE INDEX (`+s.prefix+`messages_claim)
 		WHERE w.status = 'PENDING' AND w.grp <> '' AND w.next_attempt_at <= ?`+strings.ReplaceAll(topicFilter, "topic", "w.topic")+`

@@ -240,3 +240,42 @@ func TestDSNTimeSettings(t *testing.T) {
 		t.Fatalf("did not claim the message when due")
 	}
 }
+
+// TestInTxWakesProcessor is the package example, checked: a message
+// enqueued with InTx is published at once by a processor whose poll
+// interval is a minute, because InTx woke it.
+func TestInTxWakesProcessor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := newStore(t, mysql.Options{})
+	published := make(chan string, 1)
+	pub := outbox.PublisherFunc(func(_ context.Context, msgs []outbox.Message) []outbox.Result {
+		out := make([]outbox.Result, len(msgs))
+		for i, m := range msgs {
+			published <- string(m.Payload)
+			out[i] = outbox.Result{ProviderMessageID: "demo-1"}
+		}
+		return out
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- outbox.Run(runCtx, st, pub, outbox.Config{PollInterval: time.Minute}) }()
+	defer func() { stop(); <-done }()
+	time.Sleep(200 * time.Millisecond) // let the processor's first poll pass
+	ob := outbox.New[*sql.Tx](st, outbox.Options{})
+	err := st.InTx(ctx, func(tx *sql.Tx) error {
+		_, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Group: "customer-7", Payload: []byte(`{"order":1}`)})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-published:
+		if p != `{"order":1}` {
+			t.Fatalf("published %s", p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not published within 10 s: InTx did not wake the processor")
+	}
+}
