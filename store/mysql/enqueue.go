@@ -140,11 +140,13 @@ func (s *Store) insert(ctx context.Context, q querier, msgs []outbox.Message) ([
 		if err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
-		if n == 1 {
-			seq, err := res.LastInsertId()
-			if err != nil {
-				return nil, fmt.Errorf("message %d: %w", i, err)
-			}
+		seq, err := res.LastInsertId()
+		if err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		// Inserted: one row affected and a new seq. (A duplicate affects 0
+		// rows, or 1 with the DSN's clientFoundRows, and has no insert ID.)
+		if n == 1 && seq > 0 {
 			m.Seq = seq
 			out = append(out, outbox.Enqueued{Message: m})
 			continue

@@ -74,10 +74,8 @@ var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_]*$`)
 // github.com/go-sql-driver/mysql driver ("mysql"). The caller keeps
 // ownership of db: Close does not close it. The DSN needs no particular
 // parameters: parseTime and loc may be set or not (the store reads and
-// writes its DATETIME columns as UTC either way). clientFoundRows must keep
-// its default (false): the store tells a new message from a repeated
-// idempotency key by the affected-rows count. New does not touch the
-// database; call Migrate.
+// writes its DATETIME columns as UTC either way), and so may
+// clientFoundRows. New does not touch the database; call Migrate.
 func New(db *sql.DB, opts Options) (*Store, error) {
 	if db == nil {
 		return nil, outbox.InvalidParam("db", "is nil")

@@ -193,8 +193,9 @@ func TestGroupCommitOrderIsSeqOrder(t *testing.T) {
 	}
 }
 
-// TestDSNTimeSettings: parseTime and a non-UTC loc change nothing: times are
-// stored and read back as the same instants.
+// TestDSNTimeSettings: parseTime, a non-UTC loc and session time zone, and
+// clientFoundRows change nothing: times are stored and read back as the same
+// instants, and a repeated key is still a repeat.
 func TestDSNTimeSettings(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -206,6 +207,7 @@ func TestDSNTimeSettings(t *testing.T) {
 	cfg.ParseTime = true
 	cfg.Loc = time.FixedZone("UTC+5", 5*3600)
 	cfg.Params = map[string]string{"time_zone": "'-07:00'"}
+	cfg.ClientFoundRows = true
 	conn, err := gomysql.NewConnector(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -232,6 +234,13 @@ func TestDSNTimeSettings(t *testing.T) {
 		if !m.CreatedAt.Equal(at) || !m.NextAttemptAt.Equal(at.Add(time.Hour)) {
 			t.Fatalf("read back CreatedAt %v NextAttemptAt %v; want %v, %v", m.CreatedAt, m.NextAttemptAt, at, at.Add(time.Hour))
 		}
+	}
+	// clientFoundRows does not turn a repeated key into a new message.
+	rep, err := parsed.MessageEnqueue(ctx, outbox.MessageEnqueueParams{Now: at, Messages: []outbox.Message{
+		{Topic: "t", IdempotencyKey: res[0].Message.IdempotencyKey, Payload: json.RawMessage(`2`)},
+	}})
+	if err != nil || !rep[0].Existed || rep[0].Message.ID != res[0].Message.ID {
+		t.Fatalf("repeat with clientFoundRows: %+v, %v; want the original with Existed", rep, err)
 	}
 	if got, _ := parsed.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 1, Owner: "p", Now: at.Add(59 * time.Minute)}); len(got) != 0 {
 		t.Fatalf("claimed a message before it was due")
