@@ -80,21 +80,31 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		for _, id := range order {
 			args = append(args, id)
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT id, tenant, attempts FROM `+m+`
-			WHERE status = 'PROCESSING' AND claimed_by = ? AND id IN (`+placeholders(len(order))+`) FOR UPDATE`, args...)
+		// Only the batch's rows are locked, through the id index, in id
+		// order: concurrent finishers never lock rows they do not name, so
+		// they do not deadlock. Status and owner are checked here, not in
+		// the WHERE clause, which could lead the optimizer to scan (and
+		// lock) every PROCESSING row.
+		rows, err := tx.QueryContext(ctx, `SELECT seq, id, tenant, attempts, status, claimed_by
+			FROM `+m+` FORCE INDEX (`+s.prefix+`messages_id)
+			WHERE id IN (`+placeholders(len(order))+`) ORDER BY id FOR UPDATE`, args[1:]...)
 		if err != nil {
 			return err
 		}
 		held := make(map[string]string, len(order)) // id -> tenant
+		seqOf := make(map[string]int64, len(order))
 		for rows.Next() {
-			var id, tenant string
+			var id, tenant, status string
+			var owner sql.NullString
+			var seq int64
 			var attempts int
-			if err := rows.Scan(&id, &tenant, &attempts); err != nil {
+			if err := rows.Scan(&seq, &id, &tenant, &attempts, &status, &owner); err != nil {
 				rows.Close()
 				return err
 			}
-			if want[id] == attempts {
+			if status == string(outbox.StatusProcessing) && owner.String == p.Owner && want[id] == attempts {
 				held[id] = tenant
+				seqOf[id] = seq
 			}
 		}
 		rows.Close()
@@ -118,7 +128,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 			if !ok {
 				continue
 			}
-			sent.add(o.ID, nullString(o.ProviderMessageID))
+			sent.add(seqOf[o.ID], nullString(o.ProviderMessageID))
 			att.add(o.ID, tenant, o.Attempt, outbox.AttemptSucceeded, nil, o.ProviderResponse, nil, started(o.StartedAt), nowS)
 		}
 		if err := sent.exec(ctx, tx, m, `status = 'SENT', provider_message_id = {0}, sent_at = ?, updated_at = ?,
@@ -134,7 +144,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 			}
 			next := ts(s.now(o.NextAttemptAt))
 			e := o.Error
-			retry.add(o.ID, next, e.Code, e.Message)
+			retry.add(seqOf[o.ID], next, e.Code, e.Message)
 			att.add(o.ID, tenant, o.Attempt, outbox.AttemptRetry, &e, o.ProviderResponse, next, started(o.StartedAt), nowS)
 		}
 		if err := retry.exec(ctx, tx, m, `status = 'PENDING', next_attempt_at = {0}, last_error_code = {1},
@@ -149,7 +159,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 				continue
 			}
 			e := o.Error
-			dead.add(o.ID, e.Code, e.Message)
+			dead.add(seqOf[o.ID], e.Code, e.Message)
 			att.add(o.ID, tenant, o.Attempt, outbox.AttemptFailed, &e, o.ProviderResponse, nil, started(o.StartedAt), nowS)
 		}
 		if err := dead.exec(ctx, tx, m, `status = 'FAILED', last_error_code = {0}, last_error_message = {1},
@@ -170,7 +180,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 					code, msg = o.Error.Code, o.Error.Message
 				}
 			}
-			rel.add(o.ID, next, code, msg)
+			rel.add(seqOf[o.ID], next, code, msg)
 		}
 		if err := rel.exec(ctx, tx, m, `status = 'PENDING', attempts = attempts - 1, updated_at = ?,
 			next_attempt_at = COALESCE({0}, next_attempt_at),
@@ -190,22 +200,23 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	return res, nil
 }
 
-// caseUpdate builds one UPDATE of several messages by id, each with its own
-// values: column {i} of the SET list becomes CASE id WHEN ? THEN ? ... END.
+// caseUpdate builds one UPDATE of several messages by seq (the primary
+// key), each with its own values: {i} in the SET list becomes
+// CASE seq WHEN ? THEN ? ... END.
 type caseUpdate struct {
-	ids  []string
+	seqs []int64
 	vals [][]any
 }
 
-func (c *caseUpdate) add(id string, vals ...any) {
-	c.ids = append(c.ids, id)
+func (c *caseUpdate) add(seq int64, vals ...any) {
+	c.seqs = append(c.seqs, seq)
 	c.vals = append(c.vals, vals)
 }
 
-// exec runs UPDATE table SET set WHERE id IN (...); set's plain ? marks
+// exec runs UPDATE table SET set WHERE seq IN (...); set's plain ? marks
 // take fixed, in order.
 func (c *caseUpdate) exec(ctx context.Context, q querier, table, set string, fixed ...any) error {
-	if len(c.ids) == 0 {
+	if len(c.seqs) == 0 {
 		return nil
 	}
 	// Placeholders appear in the SET list in text order; collect the
@@ -223,10 +234,10 @@ func (c *caseUpdate) exec(ctx context.Context, q querier, table, set string, fix
 			j := strings.IndexByte(set[i:], '}')
 			col := 0
 			_, _ = fmt.Sscanf(set[i+1:i+j], "%d", &col)
-			b.WriteString("CASE id")
-			for k, id := range c.ids {
+			b.WriteString("CASE seq")
+			for k, seq := range c.seqs {
 				b.WriteString(" WHEN ? THEN ?")
-				args = append(args, id, c.vals[k][col])
+				args = append(args, seq, c.vals[k][col])
 			}
 			b.WriteString(" END")
 			i += j
@@ -234,10 +245,10 @@ func (c *caseUpdate) exec(ctx context.Context, q querier, table, set string, fix
 			b.WriteByte(set[i])
 		}
 	}
-	for _, id := range c.ids {
-		args = append(args, id)
+	for _, seq := range c.seqs {
+		args = append(args, seq)
 	}
-	_, err := q.ExecContext(ctx, `UPDATE `+table+` SET `+b.String()+` WHERE id IN (`+placeholders(len(c.ids))+`)`, args...)
+	_, err := q.ExecContext(ctx, `UPDATE `+table+` SET `+b.String()+` WHERE seq IN (`+placeholders(len(c.seqs))+`)`, args...)
 	return err
 }
 
@@ -296,7 +307,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	for {
 		var n, nDead, nBack int
 		err := s.inTx(ctx, func(tx *sql.Tx) error {
-			rows, err := tx.QueryContext(ctx, `SELECT id, tenant, attempts, max_attempts, claimed_at FROM `+m+`
+			rows, err := tx.QueryContext(ctx, `SELECT seq, id, tenant, attempts, max_attempts, claimed_at FROM `+m+`
 				WHERE status = 'PROCESSING' AND claimed_at < ? ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED`, before, recoverChunk)
 			if err != nil {
 				return err
@@ -306,9 +317,10 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 			n, nDead, nBack = 0, 0, 0
 			for rows.Next() {
 				var id, tenant string
+				var seq int64
 				var attempts, maxA int
 				var claimed dbTime
-				if err := rows.Scan(&id, &tenant, &attempts, &maxA, &claimed); err != nil {
+				if err := rows.Scan(&seq, &id, &tenant, &attempts, &maxA, &claimed); err != nil {
 					rows.Close()
 					return err
 				}
@@ -323,10 +335,10 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 					start = ts(claimed.t)
 				}
 				if attempts >= limit {
-					dead = append(dead, id)
+					dead = append(dead, seq)
 					att.add(id, tenant, attempts, outbox.AttemptFailed, e, nil, nil, start, nowS)
 				} else {
-					back = append(back, id)
+					back = append(back, seq)
 					att.add(id, tenant, attempts, outbox.AttemptRetry, e, nil, nowS, start, nowS)
 				}
 			}
@@ -343,7 +355,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 			if len(dead) > 0 {
 				if _, err := tx.ExecContext(ctx, `UPDATE `+m+` SET status = 'FAILED', last_error_code = ?,
 					last_error_message = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL
-					WHERE id IN (`+placeholders(len(dead))+`)`,
+					WHERE seq IN (`+placeholders(len(dead))+`)`,
 					append([]any{leaseExpiredCode, leaseExpiredMsg, nowS}, dead...)...); err != nil {
 					return err
 				}
@@ -352,7 +364,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 				if _, err := tx.ExecContext(ctx, `UPDATE `+m+` SET status = 'PENDING', last_error_code = ?,
 					last_error_message = ?, next_attempt_at = LEAST(next_attempt_at, CAST(? AS DATETIME(6))),
 					updated_at = ?, claimed_at = NULL, claimed_by = NULL
-					WHERE id IN (`+placeholders(len(back))+`)`,
+					WHERE seq IN (`+placeholders(len(back))+`)`,
 					append([]any{leaseExpiredCode, leaseExpiredMsg, nowS, nowS}, back...)...); err != nil {
 					return err
 				}
