@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 )
 
@@ -304,35 +303,3 @@ func (systemClock) Now() time.Time { return time.Now().UTC() }
 
 // SystemClock is the real clock (UTC).
 var SystemClock Clock = systemClock{}
-
-// PublishEach returns a Publisher that publishes a batch one message at a
-// time with send, keeping the Publisher contract: when a message of an
-// ordered group fails, the group's later messages in the batch are not sent
-// (ErrNotAttempted), so FIFO holds; when ctx ends, the rest are not sent
-// (ErrNotAttempted joined with ctx.Err()).
-// Use it for providers without a batch API.
-func PublishEach(send func(ctx context.Context, m Message) Result) Publisher {
-	return PublisherFunc(func(ctx context.Context, msgs []Message) []Result {
-		out := make([]Result, len(msgs))
-		var stopped map[string]bool
-		for i := range msgs {
-			m := msgs[i]
-			if err := ctx.Err(); err != nil {
-				out[i] = Result{Err: errors.Join(ErrNotAttempted, err)}
-				continue
-			}
-			if m.Group != "" && stopped[m.GroupKey()] {
-				out[i] = Result{Err: ErrNotAttempted}
-				continue
-			}
-			out[i] = send(ctx, m)
-			if out[i].Err != nil && m.Group != "" {
-				if stopped == nil {
-					stopped = map[string]bool{}
-				}
-				stopped[m.GroupKey()] = true
-			}
-		}
-		return out
-	})
-}

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -98,5 +99,32 @@ func TestPublishEachStopsAGroupAtItsFirstFailure(t *testing.T) {
 	cancel()
 	if res := p.Publish(ctx, msgs[:1]); !errors.Is(res[0].Err, context.Canceled) || !errors.Is(res[0].Err, ErrNotAttempted) {
 		t.Fatalf("cancelled ctx: %+v", res)
+	}
+}
+
+func TestPublishWavesKeepsGroupOrderAndStopsFailedGroups(t *testing.T) {
+	t.Parallel()
+	msgs := []Message{
+		{ID: "a1", Group: "a"}, {ID: "a2", Group: "a"}, {ID: "u1"}, {ID: "b1", Group: "b"},
+		{ID: "a3", Group: "a"}, {ID: "b2", Group: "b"}, {ID: "u2"},
+	}
+	var calls [][]string
+	res := PublishWaves(context.Background(), msgs, 2, func(_ context.Context, idx []int, out []Result) {
+		var ids []string
+		for _, i := range idx {
+			ids = append(ids, msgs[i].ID)
+			if msgs[i].ID == "b1" {
+				out[i].Err = Retryable("x", "down")
+			}
+		}
+		calls = append(calls, ids)
+	})
+	got := fmt.Sprint(calls)
+	// wave 0: a1 u1 b1 u2 (chunks of 2); wave 1: a2 (b2 stopped); wave 2: a3
+	if got != "[[a1 u1] [b1 u2] [a2] [a3]]" {
+		t.Fatalf("calls %s", got)
+	}
+	if !errors.Is(res[5].Err, ErrNotAttempted) || res[4].Err != nil || res[3].Err == nil {
+		t.Fatalf("results %+v", res)
 	}
 }

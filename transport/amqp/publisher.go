@@ -199,52 +199,11 @@ func (p *Publisher) Close() error {
 // Publisher for the outcomes, the connection, ordered groups and
 // cancellation.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox.Result {
-	out := make([]outbox.Result, len(msgs))
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	blocked := map[string]bool{}
-	for _, wave := range waves(msgs) {
-		for len(wave) > 0 {
-			var chunk []int
-			for len(wave) > 0 && len(chunk) < p.maxInFlight {
-				i := wave[0]
-				wave = wave[1:]
-				if msgs[i].Group != "" && blocked[msgs[i].GroupKey()] {
-					out[i].Err = fmt.Errorf("%w: an earlier message of the group failed", outbox.ErrNotAttempted)
-					continue
-				}
-				chunk = append(chunk, i)
-			}
-			p.publishChunk(ctx, msgs, chunk, out)
-			for _, i := range chunk {
-				if out[i].Err != nil && msgs[i].Group != "" {
-					blocked[msgs[i].GroupKey()] = true
-				}
-			}
-		}
-	}
-	return out
-}
-
-// waves orders a batch for publishing: wave k holds the k-th message of
-// every ordered group, and wave 0 also every unordered message, each in
-// batch order.
-func waves(msgs []outbox.Message) [][]int {
-	var ws [][]int
-	pos := map[string]int{}
-	for i := range msgs {
-		k := 0
-		if msgs[i].Group != "" {
-			key := msgs[i].GroupKey()
-			k = pos[key]
-			pos[key] = k + 1
-		}
-		if k == len(ws) {
-			ws = append(ws, nil)
-		}
-		ws[k] = append(ws[k], i)
-	}
-	return ws
+	return outbox.PublishWaves(ctx, msgs, p.maxInFlight, func(ctx context.Context, idx []int, out []outbox.Result) {
+		p.publishChunk(ctx, msgs, idx, out)
+	})
 }
 
 // channel returns the open confirm-mode channel, opening it (and the
