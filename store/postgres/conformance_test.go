@@ -13,10 +13,10 @@ import (
 	"github.com/outboxkit/outboxkit/store/postgres"
 )
 
-func newStore(t *testing.T) (*postgres.Store, testbackend.PostgresSchema) {
+func newStore(t *testing.T, async bool) (*postgres.Store, testbackend.PostgresSchema) {
 	t.Helper()
 	pg := testbackend.Postgres(t, 12)
-	s, err := postgres.New(pg.Pool, postgres.Options{Schema: pg.Name})
+	s, err := postgres.New(pg.Pool, postgres.Options{Schema: pg.Name, AsyncCommit: async})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func newStore(t *testing.T) (*postgres.Store, testbackend.PostgresSchema) {
 func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness[pgx.Tx]{
 		NewBackend: func(t *testing.T) storetest.Backend[pgx.Tx] {
-			s, pg := newStore(t)
+			s, pg := newStore(t, false)
 			return storetest.Backend[pgx.Tx]{
 				Store:    s,
 				Enqueuer: s,
@@ -47,12 +47,12 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestConformanceDatabaseSQL runs the enqueue side of the suite through
-// database/sql transactions (pgx stdlib).
+// TestConformanceDatabaseSQL runs the suite with database/sql transactions
+// (pgx stdlib) for the enqueue side, and Options.AsyncCommit for the rest.
 func TestConformanceDatabaseSQL(t *testing.T) {
 	storetest.Run(t, storetest.Harness[*sql.Tx]{
 		NewBackend: func(t *testing.T) storetest.Backend[*sql.Tx] {
-			s, pg := newStore(t)
+			s, pg := newStore(t, true)
 			db := stdlib.OpenDBFromPool(pg.Pool)
 			t.Cleanup(func() { _ = db.Close() })
 			return storetest.Backend[*sql.Tx]{

@@ -24,16 +24,17 @@ import (
 // claimer A holds message n.
 func TestClaimFIFOConcurrentClaimers(t *testing.T) {
 	t.Parallel()
-	t.Run("Serialised", func(t *testing.T) { testClaimFIFO(t, false) })
-	t.Run("Concurrent", func(t *testing.T) { testClaimFIFO(t, true) })
+	t.Run("Serialised", func(t *testing.T) { testClaimFIFO(t, false, false) })
+	t.Run("Concurrent", func(t *testing.T) { testClaimFIFO(t, true, false) })
+	t.Run("ConcurrentAsyncCommit", func(t *testing.T) { testClaimFIFO(t, true, true) })
 }
 
 // testClaimFIFO: with concurrent, outcomes and claims overlap too; a
 // message counts as sent from just before its outcome is written, so the
 // check is weaker but sees the claim/outcome races.
-func testClaimFIFO(t *testing.T, concurrent bool) {
+func testClaimFIFO(t *testing.T, concurrent, async bool) {
 	t.Parallel()
-	b := setup(t, func(o *postgres.Options) { o.ClaimGroupRun = 7 })
+	b := setup(t, func(o *postgres.Options) { o.ClaimGroupRun = 7; o.AsyncCommit = async })
 	const groups, perGroup, claimers = 40, 50, 6
 	// order[g] = IDs of group g in enqueue order; index of each ID.
 	order := make([][]string, groups)

@@ -195,7 +195,8 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	var res outbox.RecoverResult
 	for {
 		var rec, dead int
-		if err := s.db.QueryRow(ctx, s.sql.recover, before, now, maxAttempts, chunk).Scan(&rec, &dead); err != nil {
+		var sc *string
+		if err := s.db.QueryRow(ctx, s.sql.recover, before, now, maxAttempts, chunk).Scan(&rec, &dead, &sc); err != nil {
 			return res, wrapErr("recover", err)
 		}
 		res.Recovered += rec

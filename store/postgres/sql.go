@@ -42,7 +42,14 @@ func prefixed(alias string) string {
 }
 
 func buildSQL(s *Store) sqlText {
-	r := strings.NewReplacer("{T}", s.messages, "{A}", s.attempts, "{COLS}", msgCols, "{MCOLS}", prefixed("m"), "{UCOLS}", prefixed("u"))
+	// With Options.AsyncCommit, the claim, outcome and recovery statements
+	// turn synchronous_commit off for their own (implicit) transaction, in
+	// an expression that is always evaluated.
+	async := "'on'"
+	if s.opts.AsyncCommit {
+		async = "set_config('synchronous_commit', 'off', true)"
+	}
+	r := strings.NewReplacer("{ASYNC}", async, "{T}", s.messages, "{A}", s.attempts, "{COLS}", msgCols, "{MCOLS}", prefixed("m"), "{UCOLS}", prefixed("u"))
 	q := func(sql string) string { return r.Replace(sql) }
 
 	enqueue := func(notify bool) string {
@@ -168,7 +175,8 @@ FROM (
 	-- The window's size matters only when the runs did not fill the claim
 	-- (then every head, hence the whole window, was read already).
 	SELECT CASE WHEN (SELECT count(*) FROM runs) < $3 THEN (SELECT count(*) FROM win) ELSE 0 END AS scanned,
-		CASE WHEN (SELECT count(*) FROM runs) < $3 THEN (SELECT coalesce(max(seq), 0) FROM win) ELSE 0 END AS maxseq
+		CASE WHEN (SELECT count(*) FROM runs) < $3 THEN (SELECT coalesce(max(seq), 0) FROM win) ELSE 0 END AS maxseq,
+		{ASYNC} AS sc
 ) s
 LEFT JOIN upd u ON true
 ORDER BY u.seq`)
@@ -203,7 +211,7 @@ ORDER BY u.seq`)
 	LIMIT $3
 ),` + claimTail(tf) + `
 SELECT 0::bigint AS scanned, 0::bigint AS maxseq, {UCOLS}
-FROM (SELECT 1) s
+FROM (SELECT {ASYNC} AS sc) s
 LEFT JOIN upd u ON true
 ORDER BY u.seq`)
 	}
@@ -236,7 +244,7 @@ ORDER BY u.seq`)
 		CASE status WHEN 'FAILED' THEN NULL ELSE next_attempt_at END, claimed_at, $2
 	FROM upd
 )
-SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'FAILED') FROM upd`)
+SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'FAILED'), min({ASYNC}) FROM upd`)
 
 	return sqlText{
 		enqueue:         enqueue(true),
@@ -383,7 +391,8 @@ func finishSQL(mask int) string {
 	if len(ctes) == 0 {
 		return `SELECT NULL::text WHERE $1::timestamptz IS NULL AND $2::text IS NULL AND $3::text IS NULL`
 	}
-	return "WITH " + strings.Join(ctes, ", ") + "\nSELECT a.id FROM (" + strings.Join(applied, " UNION ALL ") + ") a" + woke
+	return "WITH " + strings.Join(ctes, ", ") + "\nSELECT a.id FROM (" + strings.Join(applied, " UNION ALL ") + ") a" + woke +
+		"\nUNION ALL SELECT NULL::text WHERE {ASYNC} IS NULL"
 }
 
 // scanner is pgx.Row, pgx.Rows or *sql.Rows.

@@ -61,6 +61,15 @@ type Options struct {
 	// bigger publish batches; smaller runs spread a claim over more groups.
 	// Defaults to 100.
 	ClaimGroupRun int
+	// AsyncCommit makes claims, outcomes and lease recovery commit without
+	// waiting for their WAL flush (synchronous_commit = off for those
+	// statements only; enqueues, receipts and operator actions stay
+	// durable). It multiplies what a processor can record on a disk with
+	// slow fsync. The cost: if PostgreSQL itself crashes, the last fraction
+	// of a second of claims and outcomes is forgotten, so those messages are
+	// published again (at-least-once, in group order); nothing is lost.
+	// Defaults to false.
+	AsyncCommit bool
 	// DisableNotify stops Enqueue from calling pg_notify. Wakeups then only
 	// polls. Defaults to false (notify on every enqueue that inserts).
 	DisableNotify bool
