@@ -5,9 +5,7 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
+	"github.com/outboxkit/outboxkit/internal/migrations"
 	"strings"
 	"time"
 )
@@ -16,66 +14,16 @@ import (
 var migrationFS embed.FS
 
 // migration is one schema version: its up and down SQL.
-type migration struct {
-	version  int
-	name     string
-	up, down string
-}
-
-// Migrations returns the number of the newest embedded migration.
-func Migrations() int {
-	migs, err := loadMigrations()
-	if err != nil || len(migs) == 0 {
-		return 0
-	}
-	return migs[len(migs)-1].version
-}
+type migration = migrations.Migration
 
 // loadMigrations reads the embedded migrations, ordered by version. Files
 // are named NNN_name.up.sql and NNN_name.down.sql.
 func loadMigrations() ([]migration, error) {
-	files, err := fs.Glob(migrationFS, "migrations/*.sql")
+	m, err := migrations.Load(migrationFS, "migrations")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("mysql: %w", err)
 	}
-	byVersion := map[int]*migration{}
-	for _, f := range files {
-		base := strings.TrimPrefix(f, "migrations/")
-		num, rest, ok := strings.Cut(base, "_")
-		if !ok {
-			return nil, fmt.Errorf("mysql: migration %s: no version prefix", base)
-		}
-		v, err := strconv.Atoi(num)
-		if err != nil || v < 1 {
-			return nil, fmt.Errorf("mysql: migration %s: bad version %q", base, num)
-		}
-		b, err := migrationFS.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		m := byVersion[v]
-		if m == nil {
-			m = &migration{version: v}
-			byVersion[v] = m
-		}
-		switch {
-		case strings.HasSuffix(rest, ".up.sql"):
-			m.name, m.up = strings.TrimSuffix(rest, ".up.sql"), string(b)
-		case strings.HasSuffix(rest, ".down.sql"):
-			m.down = string(b)
-		default:
-			return nil, fmt.Errorf("mysql: migration %s: neither .up.sql nor .down.sql", base)
-		}
-	}
-	out := make([]migration, 0, len(byVersion))
-	for _, m := range byVersion {
-		if m.up == "" || m.down == "" {
-			return nil, fmt.Errorf("mysql: migration %d lacks its up or down file", m.version)
-		}
-		out = append(out, *m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	return out, nil
+	return m, nil
 }
 
 // statements renders a migration file for the store's prefix and splits it
@@ -175,19 +123,19 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return err
 		}
 		for _, m := range migs {
-			if applied[m.version] {
+			if applied[m.Version] {
 				continue
 			}
-			for _, stmt := range s.statements(m.up) {
+			for _, stmt := range s.statements(m.Up) {
 				if _, err := c.ExecContext(ctx, stmt); err != nil {
-					return fmt.Errorf("mysql: migration %03d_%s up: %w", m.version, m.name, err)
+					return fmt.Errorf("mysql: migration %03d_%s up: %w", m.Version, m.Name, err)
 				}
 			}
 			if _, err := c.ExecContext(ctx, `INSERT INTO `+s.versionTable()+` (version, name, applied_at) VALUES (?, ?, ?)`,
-				m.version, m.name, ts(time.Now())); err != nil {
-				return fmt.Errorf("mysql: record migration %d: %w", m.version, err)
+				m.Version, m.Name, ts(time.Now())); err != nil {
+				return fmt.Errorf("mysql: record migration %d: %w", m.Version, err)
 			}
-			s.log.InfoContext(ctx, "outboxkit/mysql: migrated", "version", m.version, "name", m.name)
+			s.log.InfoContext(ctx, "outboxkit/mysql: migrated", "version", m.Version, "name", m.Name)
 		}
 		return nil
 	})
@@ -208,18 +156,18 @@ func (s *Store) MigrateDown(ctx context.Context) error {
 		}
 		for i := len(migs) - 1; i >= 0; i-- {
 			m := migs[i]
-			if !applied[m.version] {
+			if !applied[m.Version] {
 				continue
 			}
-			for _, stmt := range s.statements(m.down) {
+			for _, stmt := range s.statements(m.Down) {
 				if _, err := c.ExecContext(ctx, stmt); err != nil {
-					return fmt.Errorf("mysql: migration %03d_%s down: %w", m.version, m.name, err)
+					return fmt.Errorf("mysql: migration %03d_%s down: %w", m.Version, m.Name, err)
 				}
 			}
-			if _, err := c.ExecContext(ctx, `DELETE FROM `+s.versionTable()+` WHERE version = ?`, m.version); err != nil {
-				return fmt.Errorf("mysql: unrecord migration %d: %w", m.version, err)
+			if _, err := c.ExecContext(ctx, `DELETE FROM `+s.versionTable()+` WHERE version = ?`, m.Version); err != nil {
+				return fmt.Errorf("mysql: unrecord migration %d: %w", m.Version, err)
 			}
-			s.log.InfoContext(ctx, "outboxkit/mysql: reverted", "version", m.version, "name", m.name)
+			s.log.InfoContext(ctx, "outboxkit/mysql: reverted", "version", m.Version, "name", m.Name)
 		}
 		if _, err := c.ExecContext(ctx, `DROP TABLE IF EXISTS `+s.versionTable()); err != nil {
 			return fmt.Errorf("mysql: drop %s: %w", s.versionTable(), err)
@@ -243,4 +191,13 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("mysql: schema version: %w", err)
 	}
 	return v, nil
+}
+
+// Migrations returns the number of the newest embedded migration.
+func Migrations() int {
+	migs, err := loadMigrations()
+	if err != nil || len(migs) == 0 {
+		return 0
+	}
+	return migs[len(migs)-1].Version
 }

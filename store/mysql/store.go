@@ -8,11 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
-	"sync"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
 
+	"github.com/outboxkit/outboxkit/internal/wake"
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -55,10 +55,7 @@ type Store struct {
 	claimPerGroup int
 	q             queries
 
-	mu        sync.Mutex
-	closed    bool
-	done      chan struct{}
-	listeners map[chan struct{}]struct{}
+	wake *wake.Hub
 }
 
 // Compile-time checks of the ports Store implements.
@@ -96,8 +93,7 @@ func New(db *sql.DB, opts Options) (*Store, error) {
 		clock:         opts.Clock,
 		log:           opts.Logger,
 		claimPerGroup: opts.ClaimPerGroup,
-		done:          make(chan struct{}),
-		listeners:     map[chan struct{}]struct{}{},
+		wake:          wake.New(),
 	}
 	if s.clock == nil {
 		s.clock = outbox.SystemClock
@@ -119,17 +115,7 @@ func (s *Store) DB() *sql.DB { return s.db }
 // Close closes every Wakeups channel. It does not close the database. It
 // is safe to call more than once.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	close(s.done)
-	for ch := range s.listeners {
-		delete(s.listeners, ch)
-		close(ch)
-	}
+	s.wake.Close()
 	return nil
 }
 
@@ -229,44 +215,12 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // messages at their next poll. Messages enqueued with MessageEnqueueTx in a
 // transaction the application commits itself are not signalled, because the
 // store cannot see the commit: call Notify after the commit, or use InTx.
-func (s *Store) Wakeups(ctx context.Context) <-chan struct{} {
-	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		close(ch)
-		return ch
-	}
-	s.listeners[ch] = struct{}{}
-	s.mu.Unlock()
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-s.done:
-		}
-		s.mu.Lock()
-		if _, ok := s.listeners[ch]; ok {
-			delete(s.listeners, ch)
-			close(ch)
-		}
-		s.mu.Unlock()
-	}()
-	return ch
-}
+func (s *Store) Wakeups(ctx context.Context) <-chan struct{} { return s.wake.Subscribe(ctx) }
 
 // Notify wakes every Wakeups listener, e.g. right after the application
 // committed a transaction in which it enqueued messages with
 // MessageEnqueueTx. It never blocks.
-func (s *Store) Notify() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ch := range s.listeners {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}
+func (s *Store) Notify() { s.wake.Notify() }
 
 func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
 

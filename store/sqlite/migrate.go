@@ -4,9 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
+	"github.com/outboxkit/outboxkit/internal/migrations"
 	"strings"
 	"time"
 )
@@ -15,57 +13,16 @@ import (
 var migrationFS embed.FS
 
 // migration is one schema version: its up and down SQL.
-type migration struct {
-	version  int
-	name     string
-	up, down string
-}
+type migration = migrations.Migration
 
 // loadMigrations reads the embedded migrations, ordered by version. Files
 // are named NNN_name.up.sql and NNN_name.down.sql.
 func loadMigrations() ([]migration, error) {
-	files, err := fs.Glob(migrationFS, "migrations/*.sql")
+	m, err := migrations.Load(migrationFS, "migrations")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sqlite: %w", err)
 	}
-	byVersion := map[int]*migration{}
-	for _, f := range files {
-		base := strings.TrimPrefix(f, "migrations/")
-		num, rest, ok := strings.Cut(base, "_")
-		if !ok {
-			return nil, fmt.Errorf("sqlite: migration %s: no version prefix", base)
-		}
-		v, err := strconv.Atoi(num)
-		if err != nil || v < 1 {
-			return nil, fmt.Errorf("sqlite: migration %s: bad version %q", base, num)
-		}
-		b, err := migrationFS.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		m := byVersion[v]
-		if m == nil {
-			m = &migration{version: v}
-			byVersion[v] = m
-		}
-		switch {
-		case strings.HasSuffix(rest, ".up.sql"):
-			m.name, m.up = strings.TrimSuffix(rest, ".up.sql"), string(b)
-		case strings.HasSuffix(rest, ".down.sql"):
-			m.down = string(b)
-		default:
-			return nil, fmt.Errorf("sqlite: migration %s: neither .up.sql nor .down.sql", base)
-		}
-	}
-	out := make([]migration, 0, len(byVersion))
-	for _, m := range byVersion {
-		if m.up == "" || m.down == "" {
-			return nil, fmt.Errorf("sqlite: migration %d lacks its up or down file", m.version)
-		}
-		out = append(out, *m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	return out, nil
+	return m, nil
 }
 
 func (s *Store) render(sqlText string) string {
@@ -113,17 +70,17 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return err
 		}
 		for _, m := range migs {
-			if applied[m.version] {
+			if applied[m.Version] {
 				continue
 			}
-			if _, err := q.ExecContext(ctx, s.render(m.up)); err != nil {
-				return fmt.Errorf("sqlite: migration %03d_%s up: %w", m.version, m.name, err)
+			if _, err := q.ExecContext(ctx, s.render(m.Up)); err != nil {
+				return fmt.Errorf("sqlite: migration %03d_%s up: %w", m.Version, m.Name, err)
 			}
 			if _, err := q.ExecContext(ctx, `INSERT INTO `+s.versionTable()+` (version, name, applied_at) VALUES (?, ?, ?)`,
-				m.version, m.name, time.Now().UnixMicro()); err != nil {
-				return fmt.Errorf("sqlite: record migration %d: %w", m.version, err)
+				m.Version, m.Name, time.Now().UnixMicro()); err != nil {
+				return fmt.Errorf("sqlite: record migration %d: %w", m.Version, err)
 			}
-			s.log.Info("sqlite: migrated", "version", m.version, "name", m.name)
+			s.log.Info("sqlite: migrated", "version", m.Version, "name", m.Name)
 		}
 		return nil
 	})
@@ -144,13 +101,13 @@ func (s *Store) MigrateDown(ctx context.Context) error {
 		}
 		for i := len(migs) - 1; i >= 0; i-- {
 			m := migs[i]
-			if !applied[m.version] {
+			if !applied[m.Version] {
 				continue
 			}
-			if _, err := q.ExecContext(ctx, s.render(m.down)); err != nil {
-				return fmt.Errorf("sqlite: migration %03d_%s down: %w", m.version, m.name, err)
+			if _, err := q.ExecContext(ctx, s.render(m.Down)); err != nil {
+				return fmt.Errorf("sqlite: migration %03d_%s down: %w", m.Version, m.Name, err)
 			}
-			s.log.Info("sqlite: reverted", "version", m.version, "name", m.name)
+			s.log.Info("sqlite: reverted", "version", m.Version, "name", m.Name)
 		}
 		if _, err := q.ExecContext(ctx, `DROP TABLE `+s.versionTable()); err != nil {
 			return fmt.Errorf("sqlite: drop %s: %w", s.versionTable(), err)

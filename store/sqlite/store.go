@@ -45,6 +45,7 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
+	"github.com/outboxkit/outboxkit/internal/wake"
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -92,11 +93,9 @@ type Store struct {
 	log    *slog.Logger
 	q      queries
 
-	mu        sync.Mutex
-	closed    bool
-	done      chan struct{}
-	listeners map[chan struct{}]struct{}
-	cursor    groupKey // where the last claim's group walk stopped
+	wake   *wake.Hub
+	mu     sync.Mutex
+	cursor groupKey // where the last claim's group walk stopped
 
 	claimPerGroup int
 	writeSem      chan struct{}
@@ -176,13 +175,12 @@ func New(db *sql.DB, opts Options) (*Store, error) {
 		return nil, outbox.InvalidParam("Options.TablePrefix", "may hold only ASCII letters, digits and underscores (at most 64)")
 	}
 	s := &Store{
-		db:        db,
-		prefix:    prefix,
-		clock:     opts.Clock,
-		log:       opts.Logger,
-		done:      make(chan struct{}),
-		listeners: map[chan struct{}]struct{}{},
-		writeSem:  make(chan struct{}, 1),
+		db:       db,
+		prefix:   prefix,
+		clock:    opts.Clock,
+		log:      opts.Logger,
+		wake:     wake.New(),
+		writeSem: make(chan struct{}, 1),
 	}
 	if s.clock == nil {
 		s.clock = outbox.SystemClock
@@ -205,18 +203,9 @@ func (s *Store) DB() *sql.DB { return s.db }
 // Close closes every Wakeups channel and, when the Store was made by Open,
 // the database. It is safe to call more than once.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.wake.Close() {
 		return nil
 	}
-	s.closed = true
-	close(s.done)
-	for ch := range s.listeners {
-		delete(s.listeners, ch)
-		close(ch)
-	}
-	s.mu.Unlock()
 	if s.ownDB {
 		return s.db.Close()
 	}

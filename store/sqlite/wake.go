@@ -14,41 +14,9 @@ import "context"
 // (outbox.Outbox.EnqueueTx) in a transaction the application commits itself
 // are not signalled, because the store cannot see the commit: call Notify
 // after the commit, use InTx, or rely on the processor's poll interval.
-func (s *Store) Wakeups(ctx context.Context) <-chan struct{} {
-	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		close(ch)
-		return ch
-	}
-	s.listeners[ch] = struct{}{}
-	s.mu.Unlock()
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-s.done:
-		}
-		s.mu.Lock()
-		if _, ok := s.listeners[ch]; ok {
-			delete(s.listeners, ch)
-			close(ch)
-		}
-		s.mu.Unlock()
-	}()
-	return ch
-}
+func (s *Store) Wakeups(ctx context.Context) <-chan struct{} { return s.wake.Subscribe(ctx) }
 
 // Notify wakes every Wakeups listener, e.g. right after the application
 // committed a transaction in which it enqueued messages with
 // MessageEnqueueTx. It never blocks.
-func (s *Store) Notify() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ch := range s.listeners {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}
+func (s *Store) Notify() { s.wake.Notify() }
