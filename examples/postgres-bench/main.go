@@ -73,6 +73,7 @@ func main() {
 	mode := flag.String("mode", "", "internal: child process modes")
 	schema := flag.String("schema", "", "internal: schema for child modes")
 	flag.BoolVar(&noNotify, "no-notify", false, "stores run with Options.DisableNotify (polling only)")
+	flag.BoolVar(&asyncCommit, "async-commit", false, "stores run with Options.AsyncCommit")
 	only := flag.String("only", "", "comma-separated subset: enqueue,drain,latency,rss,pgbench")
 	flag.Parse()
 	log.SetFlags(0)
@@ -202,7 +203,7 @@ func main() {
 		}
 		add(r)
 	}
-	fmt.Printf("\n## store/postgres: %d CPUs, PostgreSQL %s, %s, notify %v, median of %d rounds\n\n", runtime.NumCPU(), version, runtime.Version(), !noNotify, c.rounds)
+	fmt.Printf("\n## store/postgres: %d CPUs, PostgreSQL %s, %s, notify %v, async commit %v, median of %d rounds\n\n", runtime.NumCPU(), version, runtime.Version(), !noNotify, asyncCommit, c.rounds)
 	fmt.Println("| measurement | store/postgres | pgbench ceiling | fraction | target | met |")
 	fmt.Println("|---|---|---|---|---|---|")
 	for _, r := range rows {
@@ -238,7 +239,7 @@ func median(v []float64) float64 {
 
 type row struct{ name, value, ceiling, frac, target, met string }
 
-var noNotify bool
+var noNotify, asyncCommit bool
 
 func newPool(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
@@ -262,6 +263,7 @@ func newPool(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, er
 // cleanup.
 func fresh(ctx context.Context, pool *pgxpool.Pool, opts postgres.Options) (*postgres.Store, func(), error) {
 	opts.DisableNotify = noNotify
+	opts.AsyncCommit = asyncCommit
 	var b [5]byte
 	_, _ = rand.Read(b[:])
 	opts.Schema = "bench_" + hex.EncodeToString(b[:])
@@ -432,7 +434,7 @@ func runProcessors(ctx context.Context, dsn string, s *postgres.Store, pub outbo
 			return fail(err)
 		}
 		pools = append(pools, pool)
-		ps, err := postgres.New(pool, postgres.Options{Schema: s.Schema(), DisableNotify: noNotify})
+		ps, err := postgres.New(pool, postgres.Options{Schema: s.Schema(), DisableNotify: noNotify, AsyncCommit: asyncCommit})
 		if err != nil {
 			return fail(err)
 		}
@@ -628,7 +630,7 @@ func benchRSS(ctx context.Context, c config, pool *pgxpool.Pool) (row, error) {
 	if err != nil {
 		return row{}, err
 	}
-	args := []string{"-mode", "drain-rss", "-schema", s.Schema(), "-dsn", c.dsn}
+	args := []string{"-mode", "drain-rss", "-schema", s.Schema(), "-dsn", c.dsn, fmt.Sprintf("-async-commit=%v", asyncCommit)}
 	if c.quick {
 		args = append(args, "-quick")
 	}
@@ -656,7 +658,7 @@ func childDrain(ctx context.Context, c config, schema string) error {
 		return err
 	}
 	defer pool.Close()
-	s, err := postgres.New(pool, postgres.Options{Schema: schema})
+	s, err := postgres.New(pool, postgres.Options{Schema: schema, AsyncCommit: asyncCommit})
 	if err != nil {
 		return err
 	}
