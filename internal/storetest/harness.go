@@ -34,6 +34,9 @@ type Backend[TTx any] struct {
 	// Usable runs a trivial statement in tx; it returns an error when the
 	// transaction is aborted or unusable.
 	Usable func(ctx context.Context, tx TTx) error
+	// Inbox is the store's consumer inbox for TTx, optional: the Inbox
+	// area is skipped when it is nil.
+	Inbox outbox.InboxStore[TTx]
 }
 
 // Features declares what differs between stores.

@@ -32,6 +32,7 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("Operator", func(t *testing.T) { testOperator(t, h) })
 	t.Run("Receipts", func(t *testing.T) { testReceipts(t, h) })
 	t.Run("Query", func(t *testing.T) { testQuery(t, h) })
+	t.Run("Inbox", func(t *testing.T) { testInbox(t, h) })
 	t.Run("Processor", func(t *testing.T) { testProcessor(t, h) })
 }
 

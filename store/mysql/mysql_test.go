@@ -33,6 +33,7 @@ func TestConformance(t *testing.T) {
 			return storetest.Backend[*sql.Tx]{
 				Store:    st,
 				Enqueuer: st,
+				Inbox:    st,
 				Begin: func(ctx context.Context) (*sql.Tx, error) {
 					return st.DB().BeginTx(ctx, nil)
 				},

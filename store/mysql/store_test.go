@@ -59,8 +59,9 @@ func TestMigrateUpDown(t *testing.T) {
 	if v, err := st.SchemaVersion(ctx); err != nil || v != mysql.Migrations() || v < 1 {
 		t.Fatalf("SchemaVersion = %d, %v; want %d", v, err, mysql.Migrations())
 	}
-	if n := tableCount(t, d.DB, "mig_"); n != 4 {
-		t.Fatalf("%d tables after Migrate, want 4", n)
+	// messages, attempts, groups, schema_version (001) and inbox (002).
+	if n := tableCount(t, d.DB, "mig_"); n != 5 {
+		t.Fatalf("%d tables after Migrate, want 5", n)
 	}
 	// Idempotent.
 	if err := st.Migrate(ctx); err != nil {
@@ -83,7 +84,7 @@ func TestMigrateUpDown(t *testing.T) {
 	if v, err := st.SchemaVersion(ctx); err != nil || v != 0 {
 		t.Fatalf("SchemaVersion after down = %d, %v; want 0", v, err)
 	}
-	if n := tableCount(t, d.DB, "outbox_"); n != 4 {
+	if n := tableCount(t, d.DB, "outbox_"); n != 5 {
 		t.Fatalf("MigrateDown of mig_ touched outbox_: %d tables", n)
 	}
 	// Down twice is harmless; up again works.

@@ -34,6 +34,7 @@ func TestConformance(t *testing.T) {
 			return storetest.Backend[pgx.Tx]{
 				Store:    s,
 				Enqueuer: s,
+				Inbox:    s,
 				Begin:    func(ctx context.Context) (pgx.Tx, error) { return pg.Pool.Begin(ctx) },
 				Commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
 				Rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
@@ -58,6 +59,7 @@ func TestConformanceDatabaseSQL(t *testing.T) {
 			return storetest.Backend[*sql.Tx]{
 				Store:    s,
 				Enqueuer: s.SQL(),
+				Inbox:    s.SQL(),
 				Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
 				Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
 				Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },

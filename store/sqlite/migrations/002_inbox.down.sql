@@ -1,0 +1,2 @@
+DROP INDEX IF EXISTS {{prefix}}inbox_handled_idx;
+DROP TABLE IF EXISTS {{prefix}}inbox;
