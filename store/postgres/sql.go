@@ -157,18 +157,22 @@ runs AS MATERIALIZED (
 	ORDER BY seq
 	LIMIT $4
 ), heads AS MATERIALIZED (
-	SELECT w.tenant, w.topic, w.grp, w.seq FROM win w
+	-- Heads are row-locked as they are taken (SKIP LOCKED), so concurrent
+	-- claimers spread over different groups instead of all reaching for
+	-- the oldest ones. win is materialized in sequence order and read in
+	-- that order, lazily: no ORDER BY, so only as many heads are checked
+	-- and locked as the runs need. (Which heads come first is fairness,
+	-- not correctness: valid below re-checks every run.)
+	SELECT m.tenant, m.topic, m.grp, m.seq FROM win w JOIN {T} m ON m.id = w.id
 	WHERE w.next_attempt_at <= $1
 		AND NOT EXISTS (
 			SELECT 1 FROM {T} b
 			WHERE b.tenant = w.tenant AND b.topic = w.topic AND b.grp = w.grp
 				AND b.status IN ('PENDING', 'PROCESSING') AND b.grp <> '' AND b.seq < w.seq
 		)
-	-- win is materialized in sequence order and scanned in that order; no
-	-- ORDER BY here, so only as many heads are checked as the runs need.
-	-- (Which heads come first is fairness, not correctness: valid below
-	-- re-checks every run.)
+		AND m.status = 'PENDING' AND m.next_attempt_at <= $1
 	LIMIT $3
+	FOR UPDATE OF m SKIP LOCKED
 ),` + claimTail(tf) + `
 SELECT s.scanned, s.maxseq, {UCOLS}
 FROM (
@@ -191,24 +195,28 @@ ORDER BY u.seq`)
 			tfh = " AND g.topic = ANY($6::text[])"
 		}
 		return q(`WITH RECURSIVE groups AS (
-	(SELECT m.tenant, m.topic, m.grp, m.seq, m.status, m.next_attempt_at FROM {T} m
+	(SELECT m.id, m.tenant, m.topic, m.grp, m.seq, m.status, m.next_attempt_at FROM {T} m
 	WHERE m.status IN ('PENDING', 'PROCESSING') AND m.grp <> ''
 	ORDER BY m.tenant, m.topic, m.grp, m.seq
 	LIMIT 1)
 	UNION ALL
-	SELECT n.tenant, n.topic, n.grp, n.seq, n.status, n.next_attempt_at
+	SELECT n.id, n.tenant, n.topic, n.grp, n.seq, n.status, n.next_attempt_at
 	FROM groups g CROSS JOIN LATERAL (
-		SELECT m.tenant, m.topic, m.grp, m.seq, m.status, m.next_attempt_at FROM {T} m
+		SELECT m.id, m.tenant, m.topic, m.grp, m.seq, m.status, m.next_attempt_at FROM {T} m
 		WHERE m.status IN ('PENDING', 'PROCESSING') AND m.grp <> ''
 			AND (m.tenant, m.topic, m.grp) > (g.tenant, g.topic, g.grp)
 		ORDER BY m.tenant, m.topic, m.grp, m.seq
 		LIMIT 1
 	) n
 ), heads AS MATERIALIZED (
-	SELECT g.tenant, g.topic, g.grp, g.seq FROM groups g
-	WHERE g.status = 'PENDING' AND g.next_attempt_at <= $1 AND g.seq > $4` + tfh + `
-	ORDER BY g.seq
+	SELECT m.tenant, m.topic, m.grp, m.seq FROM (
+		SELECT g.id, g.seq FROM groups g
+		WHERE g.status = 'PENDING' AND g.next_attempt_at <= $1 AND g.seq > $4` + tfh + `
+		ORDER BY g.seq
+	) h JOIN {T} m ON m.id = h.id
+	WHERE m.status = 'PENDING' AND m.next_attempt_at <= $1
 	LIMIT $3
+	FOR UPDATE OF m SKIP LOCKED
 ),` + claimTail(tf) + `
 SELECT 0::bigint AS scanned, 0::bigint AS maxseq, {UCOLS}
 FROM (SELECT {ASYNC} AS sc) s
