@@ -3,7 +3,9 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // InboxStore is implemented by store adapters that keep an inbox: a table
@@ -69,17 +71,35 @@ func NewInbox[TTx any](store InboxStore[TTx]) *Inbox[TTx] {
 // error from fn is returned as is: roll tx back, and the message will be
 // handled again on its next delivery.
 func (i *Inbox[TTx]) HandleTx(ctx context.Context, tx TTx, consumer, tenant, messageID string, fn func(ctx context.Context) error) (bool, error) {
-	for _, f := range []struct{ name, v string }{{"Consumer", consumer}, {"Tenant", tenant}, {"MessageID", messageID}} {
-		if len(f.v) > MaxKeyLength {
-			return false, invalid(f.name, fmt.Sprintf("is %d bytes, the limit is %d", len(f.v), MaxKeyLength))
-		}
+	p := InboxClaimParams{Consumer: consumer, Tenant: tenant, MessageID: messageID, Now: i.clock.Now()}
+	if err := ValidateInboxClaim(p); err != nil {
+		return false, err
 	}
-	if consumer == "" || messageID == "" {
-		return false, invalid("Inbox", "consumer and message ID are required")
-	}
-	first, err := i.store.InboxClaimTx(ctx, tx, InboxClaimParams{Consumer: consumer, Tenant: tenant, MessageID: messageID, Now: i.clock.Now()})
+	first, err := i.store.InboxClaimTx(ctx, tx, p)
 	if err != nil || !first {
 		return false, err
 	}
 	return true, fn(ctx)
+}
+
+// ValidateInboxClaim checks p's names: Consumer and MessageID are required,
+// and every name is valid UTF-8 without NUL, at most MaxKeyLength bytes.
+// Store adapters call it before any statement, so a bad claim leaves the
+// caller's transaction usable.
+func ValidateInboxClaim(p InboxClaimParams) error {
+	for _, f := range []struct{ name, v string }{{"Consumer", p.Consumer}, {"Tenant", p.Tenant}, {"MessageID", p.MessageID}} {
+		if len(f.v) > MaxKeyLength {
+			return invalid(f.name, fmt.Sprintf("is %d bytes, the limit is %d", len(f.v), MaxKeyLength))
+		}
+		if !utf8.ValidString(f.v) || strings.IndexByte(f.v, 0) >= 0 {
+			return invalid(f.name, "is not valid UTF-8 without NUL")
+		}
+	}
+	if p.Consumer == "" {
+		return invalid("Consumer", "is required")
+	}
+	if p.MessageID == "" {
+		return invalid("MessageID", "is required")
+	}
+	return nil
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -33,7 +31,7 @@ func (s *Store) InboxClaimTx(ctx context.Context, tx *sql.Tx, p outbox.InboxClai
 	if tx == nil {
 		return false, outbox.InvalidParam("tx", "is nil")
 	}
-	if err := validInboxClaim(p); err != nil {
+	if err := outbox.ValidateInboxClaim(p); err != nil {
 		return false, err
 	}
 	r, err := tx.ExecContext(ctx, `INSERT INTO `+s.prefix+`inbox (consumer, tenant, message_id, handled_at)
@@ -83,23 +81,4 @@ func (s *Store) InboxPrune(ctx context.Context, p outbox.InboxPruneParams) (int,
 		return 0, fmt.Errorf("mysql: inbox prune: %w", err)
 	}
 	return int(n), nil
-}
-
-// validInboxClaim checks p as the core checks message keys.
-func validInboxClaim(p outbox.InboxClaimParams) error {
-	for _, f := range []struct{ name, v string }{{"Consumer", p.Consumer}, {"Tenant", p.Tenant}, {"MessageID", p.MessageID}} {
-		if len(f.v) > outbox.MaxKeyLength {
-			return outbox.InvalidParam(f.name, fmt.Sprintf("is %d bytes, the limit is %d", len(f.v), outbox.MaxKeyLength))
-		}
-		if !utf8.ValidString(f.v) || strings.IndexByte(f.v, 0) >= 0 {
-			return outbox.InvalidParam(f.name, "is not valid UTF-8 without NUL")
-		}
-	}
-	if p.Consumer == "" {
-		return outbox.InvalidParam("Consumer", "is required")
-	}
-	if p.MessageID == "" {
-		return outbox.InvalidParam("MessageID", "is required")
-	}
-	return nil
 }

@@ -3,10 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -40,7 +37,7 @@ func (s *Store) InboxClaimTx(ctx context.Context, tx pgx.Tx, p outbox.InboxClaim
 	if tx == nil {
 		return false, outbox.InvalidParam("tx", "is nil")
 	}
-	if err := validInboxClaim(p); err != nil {
+	if err := outbox.ValidateInboxClaim(p); err != nil {
 		return false, err
 	}
 	tag, err := tx.Exec(ctx, s.inboxClaimSQL(), p.Consumer, p.Tenant, p.MessageID, s.at(p.Now))
@@ -92,7 +89,7 @@ func (e *SQLEnqueuer) InboxClaimTx(ctx context.Context, tx *sql.Tx, p outbox.Inb
 	if tx == nil {
 		return false, outbox.InvalidParam("tx", "is nil")
 	}
-	if err := validInboxClaim(p); err != nil {
+	if err := outbox.ValidateInboxClaim(p); err != nil {
 		return false, err
 	}
 	r, err := tx.ExecContext(ctx, e.s.inboxClaimSQL(), p.Consumer, p.Tenant, p.MessageID, e.s.at(p.Now))
@@ -109,24 +106,4 @@ func (e *SQLEnqueuer) InboxClaimTx(ctx context.Context, tx *sql.Tx, p outbox.Inb
 // InboxPrune is Store.InboxPrune.
 func (e *SQLEnqueuer) InboxPrune(ctx context.Context, p outbox.InboxPruneParams) (int, error) {
 	return e.s.InboxPrune(ctx, p)
-}
-
-// validInboxClaim checks p as the core checks message keys (a PostgreSQL
-// text column holds neither invalid UTF-8 nor NUL).
-func validInboxClaim(p outbox.InboxClaimParams) error {
-	for _, f := range []struct{ name, v string }{{"Consumer", p.Consumer}, {"Tenant", p.Tenant}, {"MessageID", p.MessageID}} {
-		if len(f.v) > outbox.MaxKeyLength {
-			return outbox.InvalidParam(f.name, fmt.Sprintf("is %d bytes, the limit is %d", len(f.v), outbox.MaxKeyLength))
-		}
-		if !utf8.ValidString(f.v) || strings.IndexByte(f.v, 0) >= 0 {
-			return outbox.InvalidParam(f.name, "is not valid UTF-8 without NUL")
-		}
-	}
-	if p.Consumer == "" {
-		return outbox.InvalidParam("Consumer", "is required")
-	}
-	if p.MessageID == "" {
-		return outbox.InvalidParam("MessageID", "is required")
-	}
-	return nil
 }
