@@ -31,6 +31,26 @@ type Observer interface {
 	OnDeliveryUpdated(ctx context.Context, e DeliveryEvent)
 }
 
+// ClaimObserver is an optional Observer capability: OnClaimed is called
+// after every claim the processor made (also an empty or failed one), for
+// claim latency and batch size metrics. Observers forwards it to the
+// observers that implement it.
+type ClaimObserver interface {
+	OnClaimed(ctx context.Context, e ClaimEvent)
+}
+
+// ClaimEvent describes one claim.
+type ClaimEvent struct {
+	// Limit is how many messages the claim asked for.
+	Limit int
+	// Claimed is how many it got.
+	Claimed int
+	// Duration is how long the store took.
+	Duration time.Duration
+	// Err is the store's error, if the claim failed.
+	Err error
+}
+
 // EnqueuedEvent describes an enqueue.
 type EnqueuedEvent struct {
 	Message Message
@@ -118,5 +138,15 @@ func (os Observers) OnFailed(ctx context.Context, e AttemptEvent) {
 func (os Observers) OnDeliveryUpdated(ctx context.Context, e DeliveryEvent) {
 	for _, o := range os {
 		o.OnDeliveryUpdated(ctx, e)
+	}
+}
+
+// OnClaimed forwards the claim to the observers that implement
+// ClaimObserver.
+func (os Observers) OnClaimed(ctx context.Context, e ClaimEvent) {
+	for _, o := range os {
+		if c, ok := o.(ClaimObserver); ok {
+			c.OnClaimed(ctx, e)
+		}
 	}
 }

@@ -21,6 +21,7 @@ type Outbox[TTx any] struct {
 	store    Enqueuer[TTx]
 	policy   Policy
 	observer Observer
+	inject   HeaderInjector
 	clock    Clock
 }
 
@@ -33,11 +34,23 @@ type Options struct {
 	Observer Observer
 	// Clock stamps CreatedAt. Defaults to SystemClock.
 	Clock Clock
+	// Headers adds headers to every message from the enqueuing context
+	// before it is validated, e.g. the caller's trace context (outbox/otel
+	// provides one). Defaults to none.
+	Headers HeaderInjector
+}
+
+// HeaderInjector adds headers to a message at enqueue, from the caller's
+// context: the trace context (a W3C traceparent), a request ID, ... It is
+// called once per message with the message's own copy of its headers (never
+// nil) and must not overwrite a header the caller already set.
+type HeaderInjector interface {
+	InjectHeaders(ctx context.Context, headers map[string]string)
 }
 
 // New returns an Outbox over a store adapter.
 func New[TTx any](store Enqueuer[TTx], opts Options) *Outbox[TTx] {
-	o := &Outbox[TTx]{store: store, policy: opts.Policy, observer: opts.Observer, clock: opts.Clock}
+	o := &Outbox[TTx]{store: store, policy: opts.Policy, observer: opts.Observer, inject: opts.Headers, clock: opts.Clock}
 	if o.observer == nil {
 		o.observer = NopObserver{}
 	}
@@ -78,6 +91,15 @@ func (o *Outbox[TTx]) prepare(ctx context.Context, msgs []Message) (MessageEnque
 	for i := range msgs {
 		m := msgs[i]
 		m.Headers = cloneHeaders(m.Headers)
+		if o.inject != nil {
+			if m.Headers == nil {
+				m.Headers = map[string]string{}
+			}
+			o.inject.InjectHeaders(ctx, m.Headers)
+			if len(m.Headers) == 0 {
+				m.Headers = nil
+			}
+		}
 		if err := PrepareMessage(&m, now); err != nil {
 			return MessageEnqueueParams{}, fmt.Errorf("message %d: %w", i, err)
 		}

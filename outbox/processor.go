@@ -210,9 +210,13 @@ func (p *Processor) pollOnce(ctx context.Context) (bool, error) {
 		free = p.cfg.BufferSize - int(p.inflight.Load())
 	}
 	limit := min(free, p.cfg.PollBatchSize)
+	start := time.Now()
 	msgs, err := p.store.MessageClaim(ctx, MessageClaimParams{
 		Limit: limit, Topics: p.cfg.Topics, Owner: p.cfg.ID, Now: p.cfg.Clock.Now(),
 	})
+	if co, ok := p.cfg.Observer.(ClaimObserver); ok {
+		co.OnClaimed(ctx, ClaimEvent{Limit: limit, Claimed: len(msgs), Duration: time.Since(start), Err: err})
+	}
 	if err != nil {
 		return false, fmt.Errorf("outbox: claim: %w", err)
 	}
