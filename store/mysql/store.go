@@ -5,27 +5,23 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"regexp"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
 
-	"github.com/outboxkit/outboxkit/internal/wake"
+	"github.com/outboxkit/outboxkit/internal/sqlstore"
+	"github.com/outboxkit/outboxkit/internal/surface"
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
 // DefaultTablePrefix is the prefix of the store's tables when
 // Options.TablePrefix is empty: outbox_messages, outbox_attempts,
-// outbox_groups and outbox_schema_version.
-const DefaultTablePrefix = "outbox_"
+// outbox_groups, outbox_inbox and outbox_schema_version.
+const DefaultTablePrefix = sqlstore.DefaultTablePrefix
 
 // DefaultClaimPerGroup is the default of Options.ClaimPerGroup.
-const DefaultClaimPerGroup = 10
-
-// MaxClaimLimit is the largest MessageClaimParams.Limit the store accepts.
-const MaxClaimLimit = 10000
+const DefaultClaimPerGroup = sqlstore.DefaultClaimPerGroup
 
 // Options configures a Store. The zero value is valid.
 type Options struct {
@@ -45,27 +41,52 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// core is the code this store shares with store/sqlite: its exported
+// methods (queries, operator actions, receipts, pruning, recovery,
+// migrations, InTx, Wakeups, Notify, DB, Close) are Store's own.
+type core = sqlstore.Store
+
 // Store is the MySQL/MariaDB outbox store. It is safe for concurrent use.
 // Create it with New and call Migrate before using it.
 type Store struct {
-	db            *sql.DB
-	prefix        string
-	clock         outbox.Clock
-	log           *slog.Logger
-	claimPerGroup int
-	q             queries
-
-	wake *wake.Hub
+	*core
+	env sqlstore.Env
+	q   queries
+	db  *sql.DB
 }
 
-// Compile-time checks of the ports Store implements.
+// Store has the method set of every store (the ports, InTx, MessageListTx
+// and the migration API), and DB.
 var (
-	_ outbox.Store             = (*Store)(nil)
-	_ outbox.Enqueuer[*sql.Tx] = (*Store)(nil)
-	_ outbox.Waker             = (*Store)(nil)
+	_ surface.Store[*sql.Tx]    = (*Store)(nil)
+	_ interface{ DB() *sql.DB } = (*Store)(nil)
 )
 
-var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_]*$`)
+// dialect is how MySQL differs from SQLite in the shared code.
+var dialect = sqlstore.Dialect{
+	Name:       "mysql",
+	Time:       func(t time.Time) any { return ts(t) },
+	Text:       func(b []byte) any { return b },
+	ForUpdate:  " FOR UPDATE",
+	SkipLocked: " FOR UPDATE SKIP LOCKED",
+	Earliest: func(col string) string {
+		return "LEAST(" + col + ", CAST(? AS DATETIME(6)))"
+	},
+	DeleteOldest: func(table, col string) string {
+		return `DELETE FROM ` + table + ` WHERE ` + col + ` < ? ORDER BY ` + col + ` LIMIT ?`
+	},
+	VersionTable: func(table string) string {
+		return `CREATE TABLE IF NOT EXISTS ` + table + ` (
+			version    INT          NOT NULL PRIMARY KEY,
+			name       VARCHAR(255) NOT NULL,
+			applied_at DATETIME(6)  NOT NULL) ENGINE = InnoDB`
+	},
+	TableExists:     `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?`,
+	SplitStatements: true,
+	MaxPrefix:       32,
+	InboxInsert:     inboxInsert,
+	InboxInserted:   inboxInserted,
+}
 
 // New returns a Store over db, a database opened with the
 // github.com/go-sql-driver/mysql driver ("mysql"). The caller keeps
@@ -74,65 +95,19 @@ var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_]*$`)
 // writes its DATETIME columns as UTC either way), and so may
 // clientFoundRows. New does not touch the database; call Migrate.
 func New(db *sql.DB, opts Options) (*Store, error) {
-	if db == nil {
-		return nil, outbox.InvalidParam("db", "is nil")
+	s := &Store{db: db}
+	var err error
+	s.core, s.env, err = sqlstore.New(sqlstore.Config{
+		DB: db, Dialect: dialect,
+		TablePrefix: opts.TablePrefix, ClaimPerGroup: opts.ClaimPerGroup, Clock: opts.Clock, Logger: opts.Logger,
+		WriteTx: s.inTx, MigrateTx: s.withMigrateLock, MigrationFS: migrationFS,
+		Insert: s.insert, Claim: s.claim, Finish: s.finish,
+	})
+	if err != nil {
+		return nil, err
 	}
-	prefix := opts.TablePrefix
-	if prefix == "" {
-		prefix = DefaultTablePrefix
-	}
-	if !validPrefix.MatchString(prefix) || len(prefix) > 32 {
-		return nil, outbox.InvalidParam("Options.TablePrefix", "may hold only ASCII letters, digits and underscores (at most 32)")
-	}
-	if opts.ClaimPerGroup < 0 {
-		return nil, outbox.InvalidParam("Options.ClaimPerGroup", "must not be negative")
-	}
-	s := &Store{
-		db:            db,
-		prefix:        prefix,
-		clock:         opts.Clock,
-		log:           opts.Logger,
-		claimPerGroup: opts.ClaimPerGroup,
-		wake:          wake.New(),
-	}
-	if s.clock == nil {
-		s.clock = outbox.SystemClock
-	}
-	if s.claimPerGroup == 0 {
-		s.claimPerGroup = DefaultClaimPerGroup
-	}
-	if s.log == nil {
-		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	s.q = newQueries(prefix)
+	s.q = newQueries(s.env.Prefix)
 	return s, nil
-}
-
-// DB returns the underlying database, for the application's own
-// transactions.
-func (s *Store) DB() *sql.DB { return s.db }
-
-// Close closes every Wakeups channel. It does not close the database. It
-// is safe to call more than once.
-func (s *Store) Close() error {
-	s.wake.Close()
-	return nil
-}
-
-// now returns t (or the store's clock when t is zero) in UTC, truncated to
-// the microsecond, the precision of DATETIME(6).
-func (s *Store) now(t time.Time) time.Time {
-	if t.IsZero() {
-		t = s.clock.Now()
-	}
-	return t.UTC().Truncate(time.Microsecond)
-}
-
-// querier is what *sql.DB, *sql.Tx and *sql.Conn offer.
-type querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 // txRetries is how many times a store-owned transaction is retried after
@@ -142,19 +117,19 @@ const txRetries = 5
 // inTx runs fn in a store-owned READ COMMITTED transaction and commits it.
 // A transaction the server rolled back because of a deadlock (error 1213)
 // or a lock wait timeout (1205) is run again, up to txRetries times.
-func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (s *Store) inTx(ctx context.Context, fn func(q sqlstore.Querier) error) error {
 	var err error
 	for try := 0; ; try++ {
 		err = s.tryTx(ctx, fn)
 		if err == nil || !retryable(err) || try >= txRetries || ctx.Err() != nil {
 			return err
 		}
-		s.log.DebugContext(ctx, "outboxkit/mysql: retrying a transaction", "err", err, "try", try+1)
+		s.env.Log.DebugContext(ctx, "outboxkit/mysql: retrying a transaction", "err", err, "try", try+1)
 		time.Sleep(time.Duration(try+1) * 5 * time.Millisecond)
 	}
 }
 
-func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (s *Store) tryTx(ctx context.Context, fn func(q sqlstore.Querier) error) error {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -175,55 +150,36 @@ func retryable(err error) bool {
 	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
 }
 
-// InTx runs fn in a new transaction of the store's database and commits it
-// when fn returns nil (rolls back otherwise), then wakes the processors
-// listening on Wakeups, so messages enqueued in fn with
-// outbox.Outbox.EnqueueTx are claimed at once instead of at the next poll.
-//
-//	err := st.InTx(ctx, func(tx *sql.Tx) error {
-//		if _, err := tx.ExecContext(ctx, "UPDATE orders SET ..."); err != nil {
-//			return err
-//		}
-//		_, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Payload: body})
-//		return err
-//	})
-func (s *Store) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("mysql: begin: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("mysql: commit: %w", err)
-	}
-	s.Notify()
-	return nil
+// dbTimeLayout is how times are sent to the server: DATETIME(6) literals in
+// UTC. Sending strings (not time.Time) keeps the stored value independent of
+// the DSN's loc parameter.
+const dbTimeLayout = "2006-01-02 15:04:05.000000"
+
+// ts converts t to a DATETIME(6) argument in UTC.
+func ts(t time.Time) string { return t.UTC().Format(dbTimeLayout) }
+
+// queries holds the table names and the fixed SQL, rendered once for a
+// prefix.
+type queries struct {
+	messages, attempts, groups string
+
+	insert, lockGroup, selectByKey string
 }
 
-// Wakeups implements outbox.Waker: the returned channel receives a value
-// soon after messages became claimable through this Store: after
-// MessageEnqueue and InTx commit, and after MessageFinish, MessageRecover,
-// MessageRequeue and MessageCancel changed something (a finished message
-// unblocks the next one of its group). Signals are coalesced: a slow reader
-// sees one value for many events. The channel is closed when ctx ends or the
-// Store is closed.
-//
-// The signal is in-process only: processors in other processes find new
-// messages at their next poll. Messages enqueued with MessageEnqueueTx in a
-// transaction the application commits itself are not signalled, because the
-// store cannot see the commit: call Notify after the commit, or use InTx.
-func (s *Store) Wakeups(ctx context.Context) <-chan struct{} { return s.wake.Subscribe(ctx) }
-
-// Notify wakes every Wakeups listener, e.g. right after the application
-// committed a transaction in which it enqueued messages with
-// MessageEnqueueTx. It never blocks.
-func (s *Store) Notify() { s.wake.Notify() }
-
-func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
-
-func notFound(tenant, id string) error {
-	return fmt.Errorf("%w: id %q in tenant %q", outbox.ErrNotFound, id, tenant)
+func newQueries(prefix string) queries {
+	m := prefix + "messages"
+	q := queries{messages: m, attempts: prefix + "attempts", groups: prefix + "groups"}
+	// "id = id" changes nothing: a duplicate (tenant, idempotency_key) or id
+	// inserts nothing, reports 0 affected rows and raises no error, so the
+	// caller's transaction goes on.
+	q.insert = `INSERT INTO ` + m + ` (id, tenant, topic, grp, idempotency_key, payload, headers, status,
+		attempts, max_attempts, next_attempt_at, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, 'PENDING', 0, ?, ?, ?, ?)
+		ON DUPLICATE KEY UPDATE id = id`
+	q.lockGroup = `INSERT INTO ` + q.groups + ` (tenant, topic, grp) VALUES (?, ?, ?)
+		ON DUPLICATE KEY UPDATE grp = grp`
+	// A locking read sees the newest committed row whatever the caller's
+	// isolation level (a REPEATABLE READ snapshot may predate it).
+	q.selectByKey = `SELECT ` + sqlstore.MessageCols + ` FROM ` + m + ` WHERE tenant = ? AND idempotency_key = ? LOCK IN SHARE MODE`
+	return q
 }

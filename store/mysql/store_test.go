@@ -56,8 +56,10 @@ func TestMigrateUpDown(t *testing.T) {
 			t.Fatalf("concurrent Migrate: %v", err)
 		}
 	}
-	if v, err := st.SchemaVersion(ctx); err != nil || v != mysql.Migrations() || v < 1 {
-		t.Fatalf("SchemaVersion = %d, %v; want %d", v, err, mysql.Migrations())
+	migs := st.Migrations()
+	newest := migs[len(migs)-1].Version
+	if v, err := st.SchemaVersion(ctx); err != nil || v != newest || v < 1 {
+		t.Fatalf("SchemaVersion = %d, %v; want %d", v, err, newest)
 	}
 	// messages, attempts, groups, schema_version (001) and inbox (002).
 	if n := tableCount(t, d.DB, "mig_"); n != 5 {

@@ -33,29 +33,27 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
-	"github.com/outboxkit/outboxkit/internal/wake"
+	"github.com/outboxkit/outboxkit/internal/sqlstore"
+	"github.com/outboxkit/outboxkit/internal/surface"
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
 // DefaultTablePrefix is the prefix of the store's tables when
 // Options.TablePrefix is empty: outbox_messages, outbox_attempts and
 // outbox_schema_version.
-const DefaultTablePrefix = "outbox_"
+const DefaultTablePrefix = sqlstore.DefaultTablePrefix
 
 // DefaultClaimPerGroup is the default of Options.ClaimPerGroup.
-const DefaultClaimPerGroup = 10
+const DefaultClaimPerGroup = sqlstore.DefaultClaimPerGroup
 
 // DefaultBusyTimeout is how long Open's connections wait for SQLite's write
 // lock before failing with SQLITE_BUSY.
@@ -66,10 +64,6 @@ type Options struct {
 	// TablePrefix prefixes every table and index name. It may hold ASCII
 	// letters, digits and underscores. Defaults to DefaultTablePrefix.
 	TablePrefix string
-	// BusyTimeout is the busy timeout of the connections Open makes (New
-	// uses the caller's connections as they are). Defaults to
-	// DefaultBusyTimeout.
-	BusyTimeout time.Duration
 	// ClaimPerGroup is the most messages of one ordered group a claim takes
 	// while other groups have claimable messages too; a claim that finds
 	// fewer than its Limit takes more of the groups it cut. Keeping it small
@@ -81,34 +75,58 @@ type Options struct {
 	Clock outbox.Clock
 	// Logger receives the store's logs. Defaults to discarding them.
 	Logger *slog.Logger
+	// BusyTimeout is the busy timeout of the connections Open makes (New
+	// uses the caller's connections as they are). Defaults to
+	// DefaultBusyTimeout.
+	BusyTimeout time.Duration
 }
+
+// core is the code this store shares with store/mysql: its exported
+// methods (queries, operator actions, receipts, pruning, recovery,
+// migrations, InTx, Wakeups, Notify, DB, Close) are Store's own.
+type core = sqlstore.Store
 
 // Store is the SQLite outbox store. It is safe for concurrent use. Create it
 // with Open or New and call Migrate before using it.
 type Store struct {
-	db     *sql.DB
-	ownDB  bool
-	prefix string
-	clock  outbox.Clock
-	log    *slog.Logger
-	q      queries
+	*core
+	db       *sql.DB
+	writeSem chan struct{} // serialises the store's writers in-process
+	env      sqlstore.Env
+	q        queries
 
-	wake   *wake.Hub
 	mu     sync.Mutex
 	cursor groupKey // where the last claim's group walk stopped
-
-	claimPerGroup int
-	writeSem      chan struct{}
 }
 
-// Compile-time checks of the ports Store implements.
+// Store has the method set of every store (the ports, InTx, MessageListTx
+// and the migration API), and DB.
 var (
-	_ outbox.Store             = (*Store)(nil)
-	_ outbox.Enqueuer[*sql.Tx] = (*Store)(nil)
-	_ outbox.Waker             = (*Store)(nil)
+	_ surface.Store[*sql.Tx]    = (*Store)(nil)
+	_ interface{ DB() *sql.DB } = (*Store)(nil)
 )
 
-var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_]*$`)
+// dialect is how SQLite differs from MySQL in the shared code.
+var dialect = sqlstore.Dialect{
+	Name:     "sqlite",
+	Time:     func(t time.Time) any { return t.UnixMicro() },
+	Text:     func(b []byte) any { return string(b) },
+	Earliest: func(col string) string { return "MIN(" + col + ", ?)" },
+	DeleteOldest: func(table, col string) string {
+		return `DELETE FROM ` + table + ` WHERE rowid IN (
+			SELECT rowid FROM ` + table + ` WHERE ` + col + ` < ? ORDER BY ` + col + ` LIMIT ?)`
+	},
+	VersionTable: func(table string) string {
+		return `CREATE TABLE IF NOT EXISTS ` + table + ` (
+			version    INTEGER PRIMARY KEY,
+			name       TEXT    NOT NULL,
+			applied_at INTEGER NOT NULL)`
+	},
+	TableExists:   `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?`,
+	MaxPrefix:     64,
+	InboxInsert:   inboxInsert,
+	InboxInserted: inboxInserted,
+}
 
 // Open opens (creating if needed) the SQLite database file at path with
 // WAL journaling, a busy timeout, foreign keys on and immediate write
@@ -148,12 +166,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	s, err := New(db, opts)
+	s, err := newStore(db, opts, true)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
 	}
-	s.ownDB = true
 	return s, nil
 }
 
@@ -163,68 +180,22 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 // the DSN parameter _pragma=busy_timeout(5000)) so concurrent writers wait
 // for the lock instead of failing with SQLITE_BUSY; WAL mode is recommended.
 // The store's own write transactions always begin with BEGIN IMMEDIATE.
-func New(db *sql.DB, opts Options) (*Store, error) {
-	if db == nil {
-		return nil, outbox.InvalidParam("db", "is nil")
+func New(db *sql.DB, opts Options) (*Store, error) { return newStore(db, opts, false) }
+
+func newStore(db *sql.DB, opts Options, ownDB bool) (*Store, error) {
+	s := &Store{db: db, writeSem: make(chan struct{}, 1)}
+	var err error
+	s.core, s.env, err = sqlstore.New(sqlstore.Config{
+		DB: db, Dialect: dialect, OwnDB: ownDB,
+		TablePrefix: opts.TablePrefix, ClaimPerGroup: opts.ClaimPerGroup, Clock: opts.Clock, Logger: opts.Logger,
+		WriteTx: s.writeTx, MigrationFS: migrationFS,
+		Insert: s.insert, Claim: s.claim, Finish: s.finish,
+	})
+	if err != nil {
+		return nil, err
 	}
-	prefix := opts.TablePrefix
-	if prefix == "" {
-		prefix = DefaultTablePrefix
-	}
-	if !validPrefix.MatchString(prefix) || len(prefix) > 64 {
-		return nil, outbox.InvalidParam("Options.TablePrefix", "may hold only ASCII letters, digits and underscores (at most 64)")
-	}
-	s := &Store{
-		db:       db,
-		prefix:   prefix,
-		clock:    opts.Clock,
-		log:      opts.Logger,
-		wake:     wake.New(),
-		writeSem: make(chan struct{}, 1),
-	}
-	if s.clock == nil {
-		s.clock = outbox.SystemClock
-	}
-	s.claimPerGroup = opts.ClaimPerGroup
-	if s.claimPerGroup <= 0 {
-		s.claimPerGroup = DefaultClaimPerGroup
-	}
-	if s.log == nil {
-		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	s.q = newQueries(prefix)
+	s.q = newQueries(s.env.Prefix)
 	return s, nil
-}
-
-// DB returns the underlying database, for the application's own
-// transactions.
-func (s *Store) DB() *sql.DB { return s.db }
-
-// Close closes every Wakeups channel and, when the Store was made by Open,
-// the database. It is safe to call more than once.
-func (s *Store) Close() error {
-	if !s.wake.Close() {
-		return nil
-	}
-	if s.ownDB {
-		return s.db.Close()
-	}
-	return nil
-}
-
-func (s *Store) now(t time.Time) time.Time {
-	if t.IsZero() {
-		t = s.clock.Now()
-	}
-	return t.UTC().Truncate(time.Microsecond)
-}
-
-// querier is what both *sql.Tx and *sql.Conn offer.
-type querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
 }
 
 // writeTx runs fn in a BEGIN IMMEDIATE transaction on a dedicated
@@ -235,7 +206,7 @@ type querier interface {
 // queue in Go instead of polling SQLite's lock in the busy handler, whose
 // growing sleeps would otherwise throttle several processors sharing one
 // Store.
-func (s *Store) writeTx(ctx context.Context, fn func(q querier) error) (err error) {
+func (s *Store) writeTx(ctx context.Context, fn func(q sqlstore.Querier) error) (err error) {
 	select {
 	case s.writeSem <- struct{}{}:
 	case <-ctx.Done():
@@ -259,7 +230,7 @@ func (s *Store) writeTx(ctx context.Context, fn func(q querier) error) (err erro
 		// connection in an unknown state: throw it away.
 		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil &&
 			!strings.Contains(rerr.Error(), "no transaction is active") {
-			s.log.Warn("sqlite: rollback failed; discarding connection", "err", rerr)
+			s.env.Log.Warn("sqlite: rollback failed; discarding connection", "err", rerr)
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 	}()
@@ -273,32 +244,57 @@ func (s *Store) writeTx(ctx context.Context, fn func(q querier) error) (err erro
 	return nil
 }
 
-// InTx runs fn in a new transaction of the store's database and commits it
-// when fn returns nil (rolls back otherwise), then wakes the processors
-// listening on Wakeups, so messages enqueued in fn with
-// outbox.Outbox.EnqueueTx are claimed at once instead of at the next poll.
-//
-//	err := st.InTx(ctx, func(tx *sql.Tx) error {
-//		if _, err := tx.ExecContext(ctx, "UPDATE orders SET ..."); err != nil {
-//			return err
-//		}
-//		_, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Payload: body})
-//		return err
-//	})
-func (s *Store) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("sqlite: begin: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlite: commit: %w", err)
-	}
-	s.Notify()
-	return nil
+// queries holds the SQL that names tables, rendered once for a prefix.
+type queries struct {
+	messages, attempts string
+
+	insert, selectByKey                     string
+	claimUnordered, claimUnorderedTopics    string
+	nextGroupHead, groupPrefix, claimUpdate string
+	sent, retry, dead, release              string
 }
 
-func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
+func newQueries(prefix string) queries {
+	m, a := prefix+"messages", prefix+"attempts"
+	q := queries{messages: m, attempts: a}
+	q.insert = `INSERT INTO ` + m + ` (id, tenant, topic, grp, idempotency_key, payload, headers, status,
+		attempts, max_attempts, next_attempt_at, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, 'PENDING', 0, ?, ?, ?, ?)
+		ON CONFLICT DO NOTHING
+		RETURNING ` + sqlstore.MessageCols
+	q.selectByKey = `SELECT ` + sqlstore.MessageCols + ` FROM ` + m + ` WHERE tenant = ? AND idempotency_key = ?`
+
+	// The claim reads due unordered messages in seq order, and walks the
+	// groups (one index seek per group with open messages) to read the
+	// claimable prefix of each: the group's open messages from its head up
+	// to the first one that is PROCESSING or not yet due.
+	q.claimUnordered = `SELECT seq FROM ` + m + ` WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= ?
+		ORDER BY seq LIMIT ?`
+	q.claimUnorderedTopics = `SELECT seq FROM ` + m + ` WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= ?
+		AND topic IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?`
+	q.nextGroupHead = `SELECT tenant, topic, grp, status, next_attempt_at FROM ` + m + `
+		WHERE status IN ('PENDING', 'PROCESSING') AND (tenant, topic, grp) > (?, ?, ?)
+		ORDER BY tenant, topic, grp, seq LIMIT 1`
+	q.groupPrefix = `SELECT seq, status, next_attempt_at FROM ` + m + `
+		WHERE tenant = ? AND topic = ? AND grp = ? AND status IN ('PENDING', 'PROCESSING')
+		ORDER BY seq LIMIT ? OFFSET ?`
+	q.claimUpdate = `UPDATE ` + m + ` SET status = 'PROCESSING', attempts = attempts + 1,
+		claimed_at = ?, claimed_by = ?, updated_at = ?
+		WHERE seq IN (SELECT value FROM json_each(?)) AND status = 'PENDING'
+		RETURNING ` + sqlstore.MessageCols
+
+	fence := ` WHERE id = ? AND status = 'PROCESSING' AND claimed_by = ? AND attempts = ?`
+	q.sent = `UPDATE ` + m + ` SET status = 'SENT', provider_message_id = ?, sent_at = ?, updated_at = ?,
+		claimed_at = NULL, claimed_by = NULL` + fence + ` RETURNING tenant`
+	q.retry = `UPDATE ` + m + ` SET status = 'PENDING', next_attempt_at = ?, last_error_code = ?,
+		last_error_message = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL` + fence + ` RETURNING tenant`
+	q.dead = `UPDATE ` + m + ` SET status = 'FAILED', last_error_code = ?, last_error_message = ?,
+		updated_at = ?, claimed_at = NULL, claimed_by = NULL` + fence + ` RETURNING tenant`
+	// A release with a due time is a deferral (quota, throttle): the new due
+	// time and the reason are kept; a plain release keeps both as they were.
+	q.release = `UPDATE ` + m + ` SET status = 'PENDING', attempts = attempts - 1, updated_at = ?,
+		next_attempt_at = COALESCE(?, next_attempt_at),
+		last_error_code = COALESCE(?, last_error_code), last_error_message = COALESCE(?, last_error_message),
+		claimed_at = NULL, claimed_by = NULL` + fence + ` RETURNING tenant`
+	return q
+}

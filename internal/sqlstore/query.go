@@ -1,4 +1,4 @@
-package mysql
+package sqlstore
 
 import (
 	"context"
@@ -12,17 +12,25 @@ import (
 // MessageGet implements outbox.Store: the message with p.ID in p.Tenant, or
 // an error wrapping outbox.ErrNotFound.
 func (s *Store) MessageGet(ctx context.Context, p outbox.MessageGetParams) (outbox.Message, error) {
-	if p.ID == "" {
-		return outbox.Message{}, outbox.InvalidParam("ID", "is required")
+	if err := p.Validate(); err != nil {
+		return outbox.Message{}, err
 	}
-	m, err := scanMessage(s.db.QueryRowContext(ctx, s.q.selectByID, p.Tenant, p.ID))
-	if isNoRows(err) {
-		return outbox.Message{}, notFound(p.Tenant, p.ID)
-	}
+	m, err := s.byID(ctx, s.db, p.Tenant, p.ID, "")
 	if err != nil {
-		return outbox.Message{}, fmt.Errorf("mysql: get %s: %w", p.ID, err)
+		return outbox.Message{}, s.errorf("get "+p.ID, err)
 	}
 	return m, nil
+}
+
+// byID reads one message of a tenant, with lock appended to the query; an
+// unknown ID is an error wrapping outbox.ErrNotFound.
+func (s *Store) byID(ctx context.Context, q Querier, tenant, id, lock string) (outbox.Message, error) {
+	m, err := ScanMessage(q.QueryRowContext(ctx, `SELECT `+MessageCols+` FROM `+s.messages+
+		` WHERE tenant = ? AND id = ?`+lock, tenant, id))
+	if IsNoRows(err) {
+		return outbox.Message{}, NotFound(tenant, id)
+	}
+	return m, err
 }
 
 // MessageList implements outbox.Store: a page of p.Tenant's messages in Seq
@@ -42,15 +50,9 @@ func (s *Store) MessageListTx(ctx context.Context, tx *sql.Tx, p outbox.MessageL
 	return s.list(ctx, tx, p)
 }
 
-func (s *Store) list(ctx context.Context, q querier, p outbox.MessageListParams) (outbox.MessagePage, error) {
-	if p.Status != "" && !p.Status.Valid() {
-		return outbox.MessagePage{}, outbox.InvalidParam("Status", fmt.Sprintf("%q is not a status", p.Status))
-	}
-	if p.Limit < 0 {
-		return outbox.MessagePage{}, outbox.InvalidParam("Limit", "must not be negative")
-	}
-	if p.AfterSeq < 0 {
-		return outbox.MessagePage{}, outbox.InvalidParam("AfterSeq", "must not be negative")
+func (s *Store) list(ctx context.Context, q Querier, p outbox.MessageListParams) (outbox.MessagePage, error) {
+	if err := p.Validate(); err != nil {
+		return outbox.MessagePage{}, err
 	}
 	limit := p.Limit
 	if limit == 0 {
@@ -69,14 +71,14 @@ func (s *Store) list(ctx context.Context, q querier, p outbox.MessageListParams)
 		where, args = append(where, "grp = ?"), append(args, p.Group)
 	}
 	args = append(args, limit+1)
-	rows, err := q.QueryContext(ctx, `SELECT `+messageCols+` FROM `+s.q.messages+
+	rows, err := q.QueryContext(ctx, `SELECT `+MessageCols+` FROM `+s.messages+
 		` WHERE `+strings.Join(where, " AND ")+` ORDER BY seq LIMIT ?`, args...)
 	if err != nil {
-		return outbox.MessagePage{}, fmt.Errorf("mysql: list: %w", err)
+		return outbox.MessagePage{}, s.errorf("list", err)
 	}
-	msgs, err := scanMessages(rows)
+	msgs, err := ScanMessages(rows)
 	if err != nil {
-		return outbox.MessagePage{}, fmt.Errorf("mysql: list: %w", err)
+		return outbox.MessagePage{}, s.errorf("list", err)
 	}
 	var page outbox.MessagePage
 	if len(msgs) > limit {
@@ -90,65 +92,67 @@ func (s *Store) list(ctx context.Context, q querier, p outbox.MessageListParams)
 // MessageCount implements outbox.Store: p.Tenant's messages (every tenant's
 // with p.AllTenants) counted by status; every status is present in the map.
 func (s *Store) MessageCount(ctx context.Context, p outbox.MessageCountParams) (map[outbox.Status]int64, error) {
-	query := `SELECT status, COUNT(*) FROM ` + s.q.messages + ` WHERE tenant = ? GROUP BY status`
+	query := `SELECT status, COUNT(*) FROM ` + s.messages + ` WHERE tenant = ? GROUP BY status`
 	args := []any{p.Tenant}
 	if p.AllTenants {
-		query, args = `SELECT status, COUNT(*) FROM `+s.q.messages+` GROUP BY status`, nil
+		query, args = `SELECT status, COUNT(*) FROM `+s.messages+` GROUP BY status`, nil
 	}
-	rows, err := s.db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("mysql: count: %w", err)
-	}
-	defer rows.Close()
 	out := make(map[outbox.Status]int64, len(outbox.Statuses()))
 	for _, st := range outbox.Statuses() {
 		out[st] = 0
 	}
-	for rows.Next() {
+	err := s.scanRows(ctx, s.db, query, args, func(rows *sql.Rows) error {
 		var st string
 		var n int64
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, fmt.Errorf("mysql: count: %w", err)
-		}
+		err := rows.Scan(&st, &n)
 		out[outbox.Status(st)] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("mysql: count: %w", err)
+		return err
+	})
+	if err != nil {
+		return nil, s.errorf("count", err)
 	}
 	return out, nil
+}
+
+// scanRows runs query and calls each for every row.
+func (s *Store) scanRows(ctx context.Context, q Querier, query string, args []any, each func(*sql.Rows) error) error {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // AttemptList implements outbox.Store: the attempts of message p.MessageID in
 // p.Tenant, oldest first. A message that does not exist in the tenant
 // returns an error wrapping outbox.ErrNotFound.
 func (s *Store) AttemptList(ctx context.Context, p outbox.AttemptListParams) ([]outbox.Attempt, error) {
-	if p.MessageID == "" {
-		return nil, outbox.InvalidParam("MessageID", "is required")
+	if err := p.Validate(); err != nil {
+		return nil, err
 	}
 	var n int
-	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+s.q.messages+` WHERE tenant = ? AND id = ?`,
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+s.messages+` WHERE tenant = ? AND id = ?`,
 		p.Tenant, p.MessageID).Scan(&n); err != nil {
-		return nil, fmt.Errorf("mysql: attempts of %s: %w", p.MessageID, err)
+		return nil, s.errorf("attempts of "+p.MessageID, err)
 	}
 	if n == 0 {
-		return nil, notFound(p.Tenant, p.MessageID)
+		return nil, NotFound(p.Tenant, p.MessageID)
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT `+attemptCols+` FROM `+s.q.attempts+
-		` WHERE tenant = ? AND message_id = ? ORDER BY id`, p.Tenant, p.MessageID)
-	if err != nil {
-		return nil, fmt.Errorf("mysql: attempts of %s: %w", p.MessageID, err)
-	}
-	defer rows.Close()
 	out := []outbox.Attempt{}
-	for rows.Next() {
-		a, err := scanAttempt(rows)
-		if err != nil {
-			return nil, fmt.Errorf("mysql: attempts of %s: %w", p.MessageID, err)
-		}
+	err := s.scanRows(ctx, s.db, `SELECT `+AttemptCols+` FROM `+s.attempts+
+		` WHERE tenant = ? AND message_id = ? ORDER BY id`, []any{p.Tenant, p.MessageID}, func(rows *sql.Rows) error {
+		a, err := ScanAttempt(rows)
 		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("mysql: attempts of %s: %w", p.MessageID, err)
+		return err
+	})
+	if err != nil {
+		return nil, s.errorf("attempts of "+p.MessageID, err)
 	}
 	return out, nil
 }
@@ -157,15 +161,9 @@ func (s *Store) AttemptList(ctx context.Context, p outbox.AttemptListParams) ([]
 // outbox.Transition on the locked row, and applies set (an SQL SET list with
 // its args) in the same transaction.
 func (s *Store) transition(ctx context.Context, tenant, id string, ev outbox.Event, set string, args ...any) (outbox.Message, error) {
-	if id == "" {
-		return outbox.Message{}, outbox.InvalidParam("ID", "is required")
-	}
 	var out outbox.Message
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		m, err := scanMessage(tx.QueryRowContext(ctx, s.q.selectByID+` FOR UPDATE`, tenant, id))
-		if isNoRows(err) {
-			return notFound(tenant, id)
-		}
+	err := s.cfg.WriteTx(ctx, func(q Querier) error {
+		m, err := s.byID(ctx, q, tenant, id, s.d.ForUpdate)
 		if err != nil {
 			return err
 		}
@@ -173,14 +171,14 @@ func (s *Store) transition(ctx context.Context, tenant, id string, ev outbox.Eve
 			return fmt.Errorf("message %s: %w", id, err)
 		}
 		a := append(append([]any{}, args...), m.Seq)
-		if _, err := tx.ExecContext(ctx, `UPDATE `+s.q.messages+` SET `+set+` WHERE seq = ?`, a...); err != nil {
+		if _, err := q.ExecContext(ctx, `UPDATE `+s.messages+` SET `+set+` WHERE seq = ?`, a...); err != nil {
 			return err
 		}
-		out, err = scanMessage(tx.QueryRowContext(ctx, s.q.selectByID, tenant, id))
+		out, err = s.byID(ctx, q, tenant, id, "")
 		return err
 	})
 	if err != nil {
-		return outbox.Message{}, fmt.Errorf("mysql: %s: %w", ev, err)
+		return outbox.Message{}, s.errorf(string(ev), err)
 	}
 	s.Notify()
 	return out, nil
@@ -191,7 +189,10 @@ func (s *Store) transition(ctx context.Context, tenant, id string, ev outbox.Eve
 // kept). Other statuses return an error wrapping
 // outbox.ErrInvalidTransition; an unknown ID one wrapping outbox.ErrNotFound.
 func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParams) (outbox.Message, error) {
-	now := ts(s.now(p.Now))
+	if err := p.Validate(); err != nil {
+		return outbox.Message{}, err
+	}
+	now := s.d.Time(s.now(p.Now))
 	return s.transition(ctx, p.Tenant, p.ID, outbox.EventRequeue,
 		`status = 'PENDING', attempts = 0, next_attempt_at = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL`,
 		now, now)
@@ -201,51 +202,43 @@ func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParam
 // CANCELLED. Other statuses return an error wrapping
 // outbox.ErrInvalidTransition; an unknown ID one wrapping outbox.ErrNotFound.
 func (s *Store) MessageCancel(ctx context.Context, p outbox.MessageCancelParams) (outbox.Message, error) {
-	now := ts(s.now(p.Now))
-	return s.transition(ctx, p.Tenant, p.ID, outbox.EventCancel, `status = 'CANCELLED', updated_at = ?`, now)
+	if err := p.Validate(); err != nil {
+		return outbox.Message{}, err
+	}
+	return s.transition(ctx, p.Tenant, p.ID, outbox.EventCancel, `status = 'CANCELLED', updated_at = ?`, s.d.Time(s.now(p.Now)))
 }
 
 // MessagePrune implements outbox.Store: it deletes up to p.Limit (default
 // 1000) finished messages (SENT, DELIVERED, FAILED, CANCELLED) last updated
 // before p.Before, oldest first, with their attempts, across all tenants.
 func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (int, error) {
-	if p.Before.IsZero() {
-		return 0, outbox.InvalidParam("Before", "is required")
-	}
-	if p.Limit < 0 {
-		return 0, outbox.InvalidParam("Limit", "must not be negative")
+	if err := p.Validate(); err != nil {
+		return 0, err
 	}
 	limit := p.Limit
 	if limit == 0 {
 		limit = 1000
 	}
-	before := ts(s.now(p.Before))
+	before := s.d.Time(s.now(p.Before))
 	var n int64
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT id FROM `+s.q.messages+`
-			WHERE status IN ('SENT', 'DELIVERED', 'FAILED', 'CANCELLED') AND updated_at < ?
-			ORDER BY updated_at, seq LIMIT ? FOR UPDATE SKIP LOCKED`, before, limit)
-		if err != nil {
-			return err
-		}
+	err := s.cfg.WriteTx(ctx, func(q Querier) error {
 		var ids []any
-		for rows.Next() {
+		err := s.scanRows(ctx, q, `SELECT id FROM `+s.messages+`
+			WHERE status IN ('SENT', 'DELIVERED', 'FAILED', 'CANCELLED') AND updated_at < ?
+			ORDER BY updated_at, seq LIMIT ?`+s.d.SkipLocked, []any{before, limit}, func(rows *sql.Rows) error {
 			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
+			err := rows.Scan(&id)
 			ids = append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil || len(ids) == 0 {
+			return err
+		})
+		if err != nil || len(ids) == 0 {
 			return err
 		}
-		in := placeholders(len(ids))
-		if _, err := tx.ExecContext(ctx, `DELETE FROM `+s.q.attempts+` WHERE message_id IN (`+in+`)`, ids...); err != nil {
+		in := Placeholders(len(ids))
+		if _, err := q.ExecContext(ctx, `DELETE FROM `+s.attempts+` WHERE message_id IN (`+in+`)`, ids...); err != nil {
 			return err
 		}
-		r, err := tx.ExecContext(ctx, `DELETE FROM `+s.q.messages+` WHERE id IN (`+in+`)`, ids...)
+		r, err := q.ExecContext(ctx, `DELETE FROM `+s.messages+` WHERE id IN (`+in+`)`, ids...)
 		if err != nil {
 			return err
 		}
@@ -253,7 +246,7 @@ func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("mysql: prune: %w", err)
+		return 0, s.errorf("prune", err)
 	}
 	return int(n), nil
 }
@@ -265,19 +258,16 @@ func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (
 // and never move a message backwards. A receipt without At is stamped with
 // the store's clock.
 func (s *Store) MessageApplyReceipt(ctx context.Context, p outbox.MessageApplyReceiptParams) (outbox.ReceiptResult, error) {
-	r := p.Receipt
-	if r.ProviderMessageID == "" {
-		return outbox.ReceiptResult{}, outbox.InvalidParam("Receipt.ProviderMessageID", "is required")
-	}
-	if _, err := r.Status.Event(); err != nil {
+	if err := p.Validate(); err != nil {
 		return outbox.ReceiptResult{}, err
 	}
+	r := p.Receipt
 	r.At = s.now(r.At)
 	var res outbox.ReceiptResult
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		m, err := scanMessage(tx.QueryRowContext(ctx, `SELECT `+messageCols+` FROM `+s.q.messages+`
-			WHERE tenant = ? AND provider_message_id = ? ORDER BY seq DESC LIMIT 1 FOR UPDATE`, r.Tenant, r.ProviderMessageID))
-		if isNoRows(err) {
+	err := s.cfg.WriteTx(ctx, func(q Querier) error {
+		m, err := ScanMessage(q.QueryRowContext(ctx, `SELECT `+MessageCols+` FROM `+s.messages+`
+			WHERE tenant = ? AND provider_message_id = ? ORDER BY seq DESC LIMIT 1`+s.d.ForUpdate, r.Tenant, r.ProviderMessageID))
+		if IsNoRows(err) {
 			return fmt.Errorf("%w: provider message id %q in tenant %q", outbox.ErrNotFound, r.ProviderMessageID, r.Tenant)
 		}
 		if err != nil {
@@ -295,18 +285,45 @@ func (s *Store) MessageApplyReceipt(ctx context.Context, p outbox.MessageApplyRe
 		if next.LastError != nil {
 			code, msg = next.LastError.Code, next.LastError.Message
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE `+s.q.messages+` SET status = ?, sent_at = ?,
+		if _, err := q.ExecContext(ctx, `UPDATE `+s.messages+` SET status = ?, sent_at = ?,
 			delivered_at = ?, read_at = ?, last_error_code = ?, last_error_message = ?, updated_at = ?
 			WHERE seq = ?`,
-			string(next.Status), nts(next.SentAt), nts(next.DeliveredAt), nts(next.ReadAt), code, msg,
-			ts(s.now(s.clock.Now())), m.Seq); err != nil {
+			string(next.Status), s.d.NullTime(next.SentAt), s.d.NullTime(next.DeliveredAt), s.d.NullTime(next.ReadAt),
+			code, msg, s.d.Time(s.now(s.clock.Now())), m.Seq); err != nil {
 			return err
 		}
-		res.Message, err = scanMessage(tx.QueryRowContext(ctx, `SELECT `+messageCols+` FROM `+s.q.messages+` WHERE seq = ?`, m.Seq))
+		res.Message, err = s.byID(ctx, q, m.Tenant, m.ID, "")
 		return err
 	})
 	if err != nil {
-		return outbox.ReceiptResult{}, fmt.Errorf("mysql: receipt: %w", err)
+		return outbox.ReceiptResult{}, s.errorf("receipt", err)
 	}
 	return res, nil
+}
+
+// InboxPrune implements outbox.InboxStore: it deletes up to p.Limit
+// (default 1000) inbox records handled before p.Before, oldest first, in one
+// short transaction, and returns how many it deleted. Call it in a loop
+// until it returns less than the limit.
+func (s *Store) InboxPrune(ctx context.Context, p outbox.InboxPruneParams) (int, error) {
+	if err := p.Validate(); err != nil {
+		return 0, err
+	}
+	limit := p.Limit
+	if limit == 0 {
+		limit = 1000
+	}
+	var n int64
+	err := s.cfg.WriteTx(ctx, func(q Querier) error {
+		r, err := q.ExecContext(ctx, s.d.DeleteOldest(s.inbox, "handled_at"), s.d.Time(s.now(p.Before)), limit)
+		if err != nil {
+			return err
+		}
+		n, err = r.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, s.errorf("inbox prune", err)
+	}
+	return int(n), nil
 }

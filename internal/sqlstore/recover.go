@@ -1,0 +1,112 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// LeaseExpiredCode is the LastError code of a message whose lease expired.
+const LeaseExpiredCode = "lease_expired"
+
+const leaseExpiredMsg = "the lease expired before the outcome was recorded (the processor stopped or stalled)"
+
+// recoverChunk is how many expired leases one transaction of
+// MessageRecover handles.
+const recoverChunk = 1000
+
+// MessageRecover implements outbox.Store: every PROCESSING message claimed
+// before p.ClaimedBefore goes back to PENDING (due at once), or to FAILED
+// when it has used all its attempts (its MaxAttempts, or p.MaxAttempts when
+// 0, or outbox.DefaultMaxAttempts when both are 0). Both get LastError code
+// "lease_expired" and an attempt row recording the lost attempt. It works in
+// transactions of 1,000 messages, skipping rows a concurrent outcome holds
+// where the database locks rows.
+func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
+	var res outbox.RecoverResult
+	if err := p.Validate(); err != nil {
+		return res, err
+	}
+	maxAttempts := p.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = outbox.DefaultMaxAttempts
+	}
+	now := s.now(p.Now)
+	before := s.d.Time(s.now(p.ClaimedBefore))
+	for {
+		var n, nDead, nBack int
+		err := s.cfg.WriteTx(ctx, func(q Querier) error {
+			var dead, back []any
+			att := NewAttemptRows(s.d)
+			n = 0
+			e := &outbox.ErrorInfo{Code: LeaseExpiredCode, Message: leaseExpiredMsg}
+			err := s.scanRows(ctx, q, `SELECT seq, id, tenant, attempts, max_attempts, claimed_at FROM `+s.messages+`
+				WHERE status = 'PROCESSING' AND claimed_at < ? ORDER BY seq LIMIT ?`+s.d.SkipLocked,
+				[]any{before, recoverChunk}, func(rows *sql.Rows) error {
+					var id, tenant string
+					var seq int64
+					var attempts, limit int
+					var claimed Time
+					if err := rows.Scan(&seq, &id, &tenant, &attempts, &limit, &claimed); err != nil {
+						return err
+					}
+					n++
+					if limit <= 0 {
+						limit = maxAttempts
+					}
+					start := now
+					if claimed.Valid {
+						start = claimed.T
+					}
+					if attempts >= limit {
+						dead = append(dead, seq)
+						att.Add(id, tenant, attempts, outbox.AttemptFailed, e, nil, time.Time{}, start, now)
+					} else {
+						back = append(back, seq)
+						att.Add(id, tenant, attempts, outbox.AttemptRetry, e, nil, now, start, now)
+					}
+					return nil
+				})
+			if err != nil || n == 0 {
+				return err
+			}
+			if err := att.Exec(ctx, q, s.attempts); err != nil {
+				return err
+			}
+			nowT := s.d.Time(now)
+			if len(dead) > 0 {
+				if _, err := q.ExecContext(ctx, `UPDATE `+s.messages+` SET status = 'FAILED', last_error_code = ?,
+					last_error_message = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL
+					WHERE seq IN (`+Placeholders(len(dead))+`)`,
+					append([]any{LeaseExpiredCode, leaseExpiredMsg, nowT}, dead...)...); err != nil {
+					return err
+				}
+			}
+			if len(back) > 0 {
+				if _, err := q.ExecContext(ctx, `UPDATE `+s.messages+` SET status = 'PENDING', last_error_code = ?,
+					last_error_message = ?, next_attempt_at = `+s.d.Earliest("next_attempt_at")+`,
+					updated_at = ?, claimed_at = NULL, claimed_by = NULL
+					WHERE seq IN (`+Placeholders(len(back))+`)`,
+					append([]any{LeaseExpiredCode, leaseExpiredMsg, nowT, nowT}, back...)...); err != nil {
+					return err
+				}
+			}
+			nDead, nBack = len(dead), len(back)
+			return nil
+		})
+		if err != nil {
+			return res, s.errorf("recover", err)
+		}
+		res.DeadLettered += nDead
+		res.Recovered += nBack
+		if n < recoverChunk {
+			break
+		}
+	}
+	if res.Recovered+res.DeadLettered > 0 {
+		s.Notify()
+	}
+	return res, nil
+}

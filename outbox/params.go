@@ -1,0 +1,144 @@
+package outbox
+
+import (
+	"fmt"
+)
+
+// MaxClaimLimit is the largest MessageClaimParams.Limit a store accepts.
+const MaxClaimLimit = 10000
+
+// Validate checks the claim's parameters: Limit between 1 and
+// MaxClaimLimit, an Owner, and no empty topic. Every store calls it before
+// it touches the database.
+func (p MessageClaimParams) Validate() error {
+	if p.Limit <= 0 || p.Limit > MaxClaimLimit {
+		return invalid("Limit", fmt.Sprintf("must be between 1 and %d", MaxClaimLimit))
+	}
+	if p.Owner == "" {
+		return invalid("Owner", "is required")
+	}
+	for _, t := range p.Topics {
+		if t == "" {
+			return invalid("Topics", "contains an empty topic")
+		}
+	}
+	return nil
+}
+
+// Validate checks the batch of outcomes: an Owner, and for every outcome an
+// ID, an Attempt of at least 1, and no ID with two outcomes in the call.
+func (p MessageFinishParams) Validate() error {
+	if p.Owner == "" {
+		return invalid("Owner", "is required")
+	}
+	seen := make(map[string]bool, len(p.Sent)+len(p.Retry)+len(p.Dead)+len(p.Released))
+	check := func(kind string, i int, id string, attempt int) error {
+		field := fmt.Sprintf("%s[%d]", kind, i)
+		switch {
+		case id == "":
+			return invalid(field+".ID", "is required")
+		case attempt < 1:
+			return invalid(field+".Attempt", "must be at least 1")
+		case seen[id]:
+			return invalid(field+".ID", "has more than one outcome in this call")
+		}
+		seen[id] = true
+		return nil
+	}
+	for i, o := range p.Sent {
+		if err := check("Sent", i, o.ID, o.Attempt); err != nil {
+			return err
+		}
+	}
+	for i, o := range p.Retry {
+		if err := check("Retry", i, o.ID, o.Attempt); err != nil {
+			return err
+		}
+	}
+	for i, o := range p.Dead {
+		if err := check("Dead", i, o.ID, o.Attempt); err != nil {
+			return err
+		}
+	}
+	for i, o := range p.Released {
+		if err := check("Released", i, o.ID, o.Attempt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate checks that ClaimedBefore is set and MaxAttempts is not
+// negative.
+func (p MessageRecoverParams) Validate() error {
+	if p.ClaimedBefore.IsZero() {
+		return invalid("ClaimedBefore", "is required")
+	}
+	if p.MaxAttempts < 0 {
+		return invalid("MaxAttempts", "must not be negative")
+	}
+	return nil
+}
+
+// Validate checks that Before is set and Limit is not negative.
+func (p MessagePruneParams) Validate() error { return validatePrune(p.Before.IsZero(), p.Limit) }
+
+// Validate checks that Before is set and Limit is not negative.
+func (p InboxPruneParams) Validate() error { return validatePrune(p.Before.IsZero(), p.Limit) }
+
+func validatePrune(noBefore bool, limit int) error {
+	if noBefore {
+		return invalid("Before", "is required")
+	}
+	if limit < 0 {
+		return invalid("Limit", "must not be negative")
+	}
+	return nil
+}
+
+// Validate checks the filters: a known Status (or none), and Limit and
+// AfterSeq not negative.
+func (p MessageListParams) Validate() error {
+	if p.Status != "" && !p.Status.Valid() {
+		return invalid("Status", fmt.Sprintf("%q is not a status", string(p.Status)))
+	}
+	if p.Limit < 0 {
+		return invalid("Limit", "must not be negative")
+	}
+	if p.AfterSeq < 0 {
+		return invalid("AfterSeq", "must not be negative")
+	}
+	return nil
+}
+
+// Validate checks that ID is set.
+func (p MessageGetParams) Validate() error { return requireID("ID", p.ID) }
+
+// Validate checks that ID is set.
+func (p MessageCancelParams) Validate() error { return requireID("ID", p.ID) }
+
+// Validate checks that ID is set.
+func (p MessageRequeueParams) Validate() error { return requireID("ID", p.ID) }
+
+// Validate checks that MessageID is set.
+func (p AttemptListParams) Validate() error { return requireID("MessageID", p.MessageID) }
+
+// Validate checks that the receipt names a provider message ID and a
+// receipt status.
+func (p MessageApplyReceiptParams) Validate() error {
+	if p.Receipt.ProviderMessageID == "" {
+		return invalid("Receipt.ProviderMessageID", "is required")
+	}
+	_, err := p.Receipt.Status.Event()
+	return err
+}
+
+// Validate is ValidateInboxClaim.
+func (p InboxClaimParams) Validate() error { return ValidateInboxClaim(p) }
+
+func requireID(field, id string) error {
+	if id == "" {
+		return invalid(field, "is required")
+	}
+	return nil
+}
