@@ -134,10 +134,14 @@ type MessageEnqueueParams struct {
 	Now      time.Time
 }
 
-// Outcome kinds for MessageFinish.
+// Outcome kinds for MessageFinish. Every outcome names its message by ID
+// and carries its Topic: stores whose ids are unique only per topic (e.g.
+// one table per topic) match outcomes by (Topic, ID); the others may ignore
+// Topic.
 type (
 	// SentOutcome: the publisher accepted the message.
 	SentOutcome struct {
+		Topic             string
 		ID                string
 		Attempt           int
 		ProviderMessageID string
@@ -146,6 +150,7 @@ type (
 	}
 	// RetryOutcome: a retryable failure; PENDING again at NextAttemptAt.
 	RetryOutcome struct {
+		Topic            string
 		ID               string
 		Attempt          int
 		NextAttemptAt    time.Time
@@ -155,6 +160,7 @@ type (
 	}
 	// DeadOutcome: a permanent failure or attempts exhausted; FAILED.
 	DeadOutcome struct {
+		Topic            string
 		ID               string
 		Attempt          int
 		Error            ErrorInfo
@@ -166,6 +172,7 @@ type (
 	// new due time (a deferral: quota exhausted, throttled); zero keeps
 	// the message's due time.
 	ReleaseOutcome struct {
+		Topic         string
 		ID            string
 		Attempt       int
 		NextAttemptAt time.Time

@@ -511,13 +511,13 @@ func (p *Processor) record(batches []*finishBatch) {
 			m := o.msg
 			switch o.kind {
 			case outcomeSent:
-				params.Sent = append(params.Sent, SentOutcome{ID: m.ID, Attempt: m.Attempts, ProviderMessageID: o.res.ProviderMessageID, ProviderResponse: o.res.ProviderResponse, StartedAt: o.started})
+				params.Sent = append(params.Sent, SentOutcome{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ProviderMessageID: o.res.ProviderMessageID, ProviderResponse: o.res.ProviderResponse, StartedAt: o.started})
 			case outcomeRetry:
-				params.Retry = append(params.Retry, RetryOutcome{ID: m.ID, Attempt: m.Attempts, NextAttemptAt: o.nextAt, Error: *ErrorInfoOf(o.res.Err), ProviderResponse: o.res.ProviderResponse, StartedAt: o.started})
+				params.Retry = append(params.Retry, RetryOutcome{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, NextAttemptAt: o.nextAt, Error: *ErrorInfoOf(o.res.Err), ProviderResponse: o.res.ProviderResponse, StartedAt: o.started})
 			case outcomeDead:
-				params.Dead = append(params.Dead, DeadOutcome{ID: m.ID, Attempt: m.Attempts, Error: *ErrorInfoOf(o.res.Err), ProviderResponse: o.res.ProviderResponse, StartedAt: o.started})
+				params.Dead = append(params.Dead, DeadOutcome{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, Error: *ErrorInfoOf(o.res.Err), ProviderResponse: o.res.ProviderResponse, StartedAt: o.started})
 			case outcomeRelease:
-				rel := ReleaseOutcome{ID: m.ID, Attempt: m.Attempts, NextAttemptAt: o.nextAt}
+				rel := ReleaseOutcome{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, NextAttemptAt: o.nextAt}
 				if !o.nextAt.IsZero() {
 					rel.Error = ErrorInfoOf(o.res.Err)
 				}

@@ -1,0 +1,190 @@
+package seedstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outboxkit/flowcatalyst"
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// MaxClaimLimit is the largest MessageClaimParams.Limit the store accepts.
+const MaxClaimLimit = 10000
+
+// MessageClaim leases up to p.Limit due rows: status PROCESSING,
+// processed_at = p.Now. It shares the limit between the tables (taking
+// turns to start, so neither starves) and returns the rows ordered by
+// table, then created_at and id.
+func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
+	if p.Limit <= 0 || p.Limit > MaxClaimLimit {
+		return nil, outbox.InvalidParam("Limit", fmt.Sprintf("must be between 1 and %d", MaxClaimLimit))
+	}
+	if p.Owner == "" {
+		return nil, outbox.InvalidParam("Owner", "is required")
+	}
+	tables, err := s.tablesFor(p.Topics)
+	if err != nil || len(tables) == 0 {
+		return nil, err
+	}
+	now := at(p.Now)
+	s.mu.Lock()
+	s.turn++
+	first := s.turn % len(tables)
+	s.mu.Unlock()
+	order := append(append([]*table{}, tables[first:]...), tables[:first]...)
+
+	var out []outbox.Message
+	remaining := p.Limit
+	for i, t := range order {
+		limit := remaining
+		if i < len(order)-1 {
+			limit = max(remaining/(len(order)-i), 1)
+		}
+		msgs, err := s.claim(ctx, t, limit, now, p.Owner)
+		if err != nil {
+			if len(out) > 0 {
+				// Rows already claimed are committed: hand them out.
+				s.log.WarnContext(ctx, "seedstore: claim failed", "table", t.raw, "err", err)
+				break
+			}
+			return nil, err
+		}
+		out = append(out, msgs...)
+		remaining = p.Limit - len(out)
+		if remaining == 0 {
+			break
+		}
+	}
+	// A second round gives what one table left unused to the other.
+	if remaining > 0 && len(order) > 1 && len(out) > 0 {
+		for _, t := range order {
+			msgs, err := s.claim(ctx, t, remaining, now, p.Owner)
+			if err != nil {
+				s.log.WarnContext(ctx, "seedstore: claim failed", "table", t.raw, "err", err)
+				break
+			}
+			out = append(out, msgs...)
+			remaining = p.Limit - len(out)
+			if remaining == 0 {
+				break
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic > out[j].Topic // EVENT before DISPATCH_JOB
+		}
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+func (s *Store) claim(ctx context.Context, t *table, limit int, now time.Time, owner string) ([]outbox.Message, error) {
+	rows, err := s.db.QueryContext(ctx, t.sql.claim, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("seedstore: claim %s: %w", t.raw, err)
+	}
+	defer rows.Close()
+	var out []outbox.Message
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(r.dest()...); err != nil {
+			return nil, fmt.Errorf("seedstore: claim %s: %w", t.raw, err)
+		}
+		m := r.message(t.topic)
+		m.ClaimedAt, m.ClaimedBy, m.UpdatedAt = now, owner, now
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("seedstore: claim %s: %w", t.raw, err)
+	}
+	s.mu.Lock()
+	for _, m := range out {
+		s.leases[leaseKey{t.topic, m.ID}] = lease{claimedAt: now, attempt: m.Attempts}
+	}
+	s.mu.Unlock()
+	return out, nil
+}
+
+// row is one row of a seed table.
+type row struct {
+	id, typ      string
+	group        sql.NullString
+	payload      string
+	status       string
+	retryCount   int
+	createdAt    time.Time
+	processedAt  sql.NullTime
+	errorMessage sql.NullString
+}
+
+const columns = `id, type, message_group, payload, status, retry_count, created_at, processed_at, error_message`
+
+func (r *row) dest() []any {
+	return []any{&r.id, &r.typ, &r.group, &r.payload, &r.status, &r.retryCount, &r.createdAt, &r.processedAt, &r.errorMessage}
+}
+
+func (r *row) message(topic string) outbox.Message {
+	m := outbox.Message{
+		ID: r.id, Topic: topic, Group: r.group.String, Payload: []byte(r.payload),
+		CreatedAt: r.createdAt.UTC(), UpdatedAt: r.createdAt.UTC(),
+	}
+	if id, err := flowcatalyst.ParseTSID(r.id); err == nil {
+		m.Seq = int64(id & (1<<63 - 1))
+	}
+	if r.errorMessage.Valid {
+		code, msg, ok := strings.Cut(r.errorMessage.String, ": ")
+		if !ok || strings.ContainsAny(code, " \t") {
+			code, msg = "error", r.errorMessage.String
+		}
+		m.LastError = &outbox.ErrorInfo{Code: code, Message: msg}
+	}
+	pa := r.processedAt.Time.UTC()
+	switch r.status {
+	case StatusPending:
+		m.Status = outbox.StatusPending
+		m.Attempts = r.retryCount
+		m.NextAttemptAt = m.CreatedAt
+		if r.processedAt.Valid {
+			m.NextAttemptAt = pa
+		}
+	case StatusProcessing:
+		m.Status = outbox.StatusProcessing
+		m.Attempts = r.retryCount + 1
+		m.ClaimedAt, m.UpdatedAt = pa, pa
+	case StatusCompleted:
+		m.Status = outbox.StatusSent
+		m.Attempts = r.retryCount + 1
+		m.SentAt, m.UpdatedAt = pa, pa
+	case StatusFailed:
+		m.Status = outbox.StatusFailed
+		m.Attempts = r.retryCount + 1
+		m.UpdatedAt = pa
+	default:
+		m.Status = outbox.Status(r.status)
+	}
+	if m.UpdatedAt.IsZero() {
+		m.UpdatedAt = m.CreatedAt
+	}
+	return m
+}
+
+func errorText(e outbox.ErrorInfo) string {
+	code := strings.Map(func(r rune) rune {
+		if r == ' ' || r == '\t' || r == ':' {
+			return '_'
+		}
+		return r
+	}, e.Code)
+	if code == "" {
+		code = "error"
+	}
+	return code + ": " + e.Message
+}

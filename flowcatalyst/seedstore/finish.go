@@ -1,0 +1,229 @@
+package seedstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// leaseOf returns the lease this Store holds on (topic, id). An outcome
+// without a topic (a caller other than outbox's processor) matches only when
+// the id is leased in exactly one table: ids are unique per table, not
+// across the two, so an id alone never picks a table by guess.
+func (s *Store) leaseOf(topic, id string) (*table, lease, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if topic != "" {
+		t := s.tableOf(topic)
+		if t == nil {
+			return nil, lease{}, false
+		}
+		l, ok := s.leases[leaseKey{t.topic, id}]
+		return t, l, ok
+	}
+	var found *table
+	var fl lease
+	for _, t := range s.tables {
+		if l, ok := s.leases[leaseKey{t.topic, id}]; ok {
+			if found != nil {
+				return nil, lease{}, false
+			}
+			found, fl = t, l
+		}
+	}
+	return found, fl, found != nil
+}
+
+// MessageFinish records outcomes in one transaction, fenced by the claim:
+// an outcome applies only while its row is PROCESSING with the processed_at
+// this Store set when it claimed it (and the same attempt). Outcomes for
+// rows this Store did not claim, or whose lease was lost, are returned in
+// LeaseLost. Outcomes are matched to leases by (topic, id): an event and a
+// dispatch job may share an id.
+func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
+	now := at(p.Now)
+	type batch struct {
+		ids     []string
+		claimed []time.Time
+		next    []time.Time
+		retry   []int
+		msgs    []string
+		deferTo []*time.Time
+	}
+	type perTable struct{ sent, retry, dead, released batch }
+	work := map[*table]*perTable{}
+	var res outbox.FinishResult
+	var keys []leaseKey
+	take := func(topic, id string, attempt int) (*table, time.Time, bool) {
+		t, l, ok := s.leaseOf(topic, id)
+		if !ok || l.attempt != attempt {
+			return nil, time.Time{}, false
+		}
+		keys = append(keys, leaseKey{t.topic, id})
+		return t, l.claimedAt, true
+	}
+	get := func(t *table) *perTable {
+		if work[t] == nil {
+			work[t] = &perTable{}
+		}
+		return work[t]
+	}
+	for _, o := range p.Sent {
+		t, c, ok := take(o.Topic, o.ID, o.Attempt)
+		if !ok {
+			res.LeaseLost = append(res.LeaseLost, o.ID)
+			continue
+		}
+		b := &get(t).sent
+		b.ids, b.claimed = append(b.ids, o.ID), append(b.claimed, c)
+	}
+	for _, o := range p.Retry {
+		t, c, ok := take(o.Topic, o.ID, o.Attempt)
+		if !ok {
+			res.LeaseLost = append(res.LeaseLost, o.ID)
+			continue
+		}
+		b := &get(t).retry
+		b.ids, b.claimed = append(b.ids, o.ID), append(b.claimed, c)
+		b.next = append(b.next, at(o.NextAttemptAt))
+		b.retry = append(b.retry, o.Attempt)
+		b.msgs = append(b.msgs, errorText(o.Error))
+	}
+	for _, o := range p.Dead {
+		t, c, ok := take(o.Topic, o.ID, o.Attempt)
+		if !ok {
+			res.LeaseLost = append(res.LeaseLost, o.ID)
+			continue
+		}
+		b := &get(t).dead
+		b.ids, b.claimed = append(b.ids, o.ID), append(b.claimed, c)
+		b.msgs = append(b.msgs, errorText(o.Error))
+	}
+	for _, o := range p.Released {
+		t, c, ok := take(o.Topic, o.ID, o.Attempt)
+		if !ok {
+			res.LeaseLost = append(res.LeaseLost, o.ID)
+			continue
+		}
+		b := &get(t).released
+		b.ids, b.claimed = append(b.ids, o.ID), append(b.claimed, c)
+		// A deferral (quota, throttle) keeps the row PENDING until then; a
+		// plain release makes it due at once (processed_at NULL).
+		var next *time.Time
+		if !o.NextAttemptAt.IsZero() {
+			n := at(o.NextAttemptAt)
+			next = &n
+		}
+		b.deferTo = append(b.deferTo, next)
+	}
+	if len(work) == 0 {
+		return res, nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return outbox.FinishResult{}, fmt.Errorf("seedstore: finish: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var lost []string
+	exec := func(stmt string, b batch, args ...any) error {
+		if len(b.ids) == 0 {
+			return nil
+		}
+		rows, err := tx.QueryContext(ctx, stmt, append([]any{b.ids, b.claimed}, args...)...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		done := map[string]bool{}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			done[id] = true
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, id := range b.ids {
+			if !done[id] {
+				lost = append(lost, id)
+			}
+		}
+		return nil
+	}
+	for _, t := range s.tables {
+		w := work[t]
+		if w == nil {
+			continue
+		}
+		for _, step := range []func() error{
+			func() error { return exec(t.sql.finishSent, w.sent, now) },
+			func() error { return exec(t.sql.finishRetry, w.retry, w.retry.next, w.retry.retry, w.retry.msgs) },
+			func() error { return exec(t.sql.finishDead, w.dead, now, w.dead.msgs) },
+			func() error { return exec(t.sql.finishRelease, w.released, w.released.deferTo) },
+		} {
+			if err := step(); err != nil {
+				return outbox.FinishResult{}, fmt.Errorf("seedstore: finish %s: %w", t.raw, err)
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return outbox.FinishResult{}, fmt.Errorf("seedstore: finish: %w", err)
+	}
+	s.mu.Lock()
+	for _, k := range keys {
+		delete(s.leases, k)
+	}
+	s.mu.Unlock()
+	res.LeaseLost = append(res.LeaseLost, lost...)
+	return res, nil
+}
+
+// MessageRecover puts back to PENDING every PROCESSING row whose
+// processed_at is before p.ClaimedBefore (its processor died or stalled),
+// counting the lost attempt in retry_count, or marks it FAILED when that was
+// its last attempt (p.MaxAttempts, which must be positive).
+func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
+	if p.MaxAttempts < 1 {
+		return outbox.RecoverResult{}, outbox.InvalidParam("MaxAttempts", "must be positive")
+	}
+	before := at(p.ClaimedBefore)
+	now := at(p.Now)
+	var res outbox.RecoverResult
+	for _, t := range s.tables {
+		rows, err := s.db.QueryContext(ctx, t.sql.recover, before, p.MaxAttempts, now,
+			errorText(outbox.ErrorInfo{Code: "lease_expired", Message: "the processor did not finish the attempt in time"}))
+		if err != nil {
+			return res, fmt.Errorf("seedstore: recover %s: %w", t.raw, err)
+		}
+		for rows.Next() {
+			var id, status string
+			if err := rows.Scan(&id, &status); err != nil {
+				rows.Close()
+				return res, fmt.Errorf("seedstore: recover %s: %w", t.raw, err)
+			}
+			if status == StatusFailed {
+				res.DeadLettered++
+			} else {
+				res.Recovered++
+			}
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return res, fmt.Errorf("seedstore: recover %s: %w", t.raw, err)
+		}
+	}
+	// Forget leases that expired: their outcomes will be refused anyway.
+	s.mu.Lock()
+	for k, l := range s.leases {
+		if l.claimedAt.Before(before) {
+			delete(s.leases, k)
+		}
+	}
+	s.mu.Unlock()
+	return res, nil
+}

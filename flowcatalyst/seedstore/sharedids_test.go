@@ -1,0 +1,61 @@
+package seedstore_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outboxkit/flowcatalyst"
+	"github.com/outboxkit/outboxkit/flowcatalyst/flowcatalysttest"
+)
+
+// Seed 004 makes ids unique per table, not across the two: an event and a
+// dispatch job may share one. Their outcomes must never be swapped.
+func TestIDsSharedAcrossTablesKeepTheirOwnOutcome(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	srv := flowcatalysttest.NewServer()
+	defer srv.Close()
+	srv.OnRequest(func(r *flowcatalysttest.Request) *flowcatalysttest.Response {
+		if r.Path == flowcatalyst.CurrentAPI.EventsPath {
+			return &flowcatalysttest.Response{Status: 503, Body: []byte(`{"error":"events unavailable"}`)}
+		}
+		return nil
+	})
+	start := time.Now().UTC().Add(-time.Hour)
+	const n = 20
+	for i := 1; i <= n; i++ {
+		for _, topic := range []string{"EVENT", "DISPATCH_JOB"} {
+			b.exec(t, `INSERT INTO `+b.table(topic)+` (id, type, message_group, payload, status, retry_count, created_at)
+VALUES ($1, $2, $3, $4, 'PENDING', 0, $5)`, fmt.Sprint("P", i), topic, fmt.Sprint("g", i%4),
+				fmt.Sprintf(`{"topic":%q,"n":%d}`, topic, i), start.Add(time.Duration(i)*time.Millisecond))
+		}
+	}
+	pub, err := flowcatalyst.New(flowcatalyst.Config{BaseURL: srv.URL, BatchSize: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig()
+	cfg.PollBatchSize, cfg.PublishBatchSize = 12, 5
+	stop := run(t, b.store, pub, cfg)
+	waitFor(t, "every row finished", 30*time.Second, func() bool {
+		return b.countStatus(t, "FAILED")+b.countStatus(t, "COMPLETED") == 2*n
+	})
+	stop()
+	if got := srv.Items(flowcatalyst.CurrentAPI.EventsPath); len(got) != 0 {
+		t.Errorf("FlowCatalyst stored %d events, want none (every events request failed)", len(got))
+	}
+	if got := srv.Items(flowcatalyst.CurrentAPI.DispatchJobsPath); len(got) != n {
+		t.Errorf("FlowCatalyst stored %d dispatch jobs, want %d", len(got), n)
+	}
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprint("P", i)
+		if r := b.row(t, "EVENT", id); r.Status != "FAILED" || r.RetryCount != 3 || !strings.Contains(r.Error.String, "unavailable") {
+			t.Errorf("event %s: %+v, want FAILED after 3 retries (never stored)", id, r)
+		}
+		if r := b.row(t, "DISPATCH_JOB", id); r.Status != "COMPLETED" || r.RetryCount != 0 {
+			t.Errorf("dispatch job %s: %+v, want COMPLETED with retry_count 0 (stored once)", id, r)
+		}
+	}
+}
