@@ -68,7 +68,7 @@
 //
 // store/sqlite is the embedded default (no server, no cgo); store/postgres
 // is the production store. Outside Store implementations are welcome: they
-// must pass the conformance suite in internal/storetest. The Store and
+// must pass the conformance suite in outbox/outboxtest/storetest. The Store and
 // Enqueuer interfaces may gain methods before v1.0; from v1.0 they follow
 // semver.
 //

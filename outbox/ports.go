@@ -9,7 +9,7 @@ import (
 // Store is the port the processor, the webhook handlers and operators use.
 // Store adapters (store/sqlite, store/postgres, ...) implement it; outside
 // implementations are welcome and are held to the conformance suite in
-// internal/storetest. Every method takes one Params struct so fields can be
+// outbox/outboxtest/storetest. Every method takes one Params struct so fields can be
 // added without breaking callers. Methods are scoped by tenant where a
 // tenant applies.
 //

@@ -20,7 +20,7 @@ import (
 // The processor's own behaviour (backpressure, concurrency limit, drain,
 // misbehaving publishers, wake-ups, recovery) against the real embedded
 // store. FIFO and no-loss across several processors are in the conformance
-// suite (internal/storetest), run by every store.
+// suite (outbox/outboxtest/storetest), run by every store.
 
 func newStore(t *testing.T) *sqlite.Store {
 	t.Helper()

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/outboxkit/outboxkit/internal/storetest"
 	"github.com/outboxkit/outboxkit/internal/testbackend"
+	"github.com/outboxkit/outboxkit/outbox/outboxtest/storetest"
 	"github.com/outboxkit/outboxkit/store/postgres"
 )
 
@@ -44,7 +44,11 @@ func TestConformance(t *testing.T) {
 				},
 			}
 		},
-		Features: storetest.Features{ConcurrentWriters: true},
+		Features: storetest.Features{
+			ConcurrentWriters: true,
+			// No MessageListTx yet.
+			Lacks: []storetest.Capability{storetest.CapListInTx},
+		},
 	})
 }
 
@@ -69,6 +73,10 @@ func TestConformanceDatabaseSQL(t *testing.T) {
 				},
 			}
 		},
-		Features: storetest.Features{ConcurrentWriters: true},
+		Features: storetest.Features{
+			ConcurrentWriters: true,
+			// No MessageListTx yet.
+			Lacks: []storetest.Capability{storetest.CapListInTx},
+		},
 	})
 }

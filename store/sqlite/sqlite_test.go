@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/outboxkit/outboxkit/internal/storetest"
+	"github.com/outboxkit/outboxkit/outbox/outboxtest/storetest"
 	"github.com/outboxkit/outboxkit/store/sqlite"
 )
 

@@ -29,6 +29,7 @@ func (e *env[TTx]) receipt(r outbox.Receipt) outbox.ReceiptResult {
 
 func testReceipts[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("InOrderAndRepeated", func(t *testing.T) {
+		need(t, h, CapReceipts, CapTenants)
 		e := setup(t, h)
 		m := e.sentMessage("a", "wamid.1")
 		res := e.receipt(outbox.Receipt{Tenant: "a", ProviderMessageID: "wamid.1", Status: outbox.DeliveryDelivered, At: e.at(time.Minute)})
@@ -54,6 +55,7 @@ func testReceipts[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("OutOfOrderNeverMovesBack", func(t *testing.T) {
+		need(t, h, CapReceipts)
 		e := setup(t, h)
 		m := e.sentMessage("", "wamid.2")
 		// read arrives first: DELIVERED with both times.
@@ -79,6 +81,7 @@ func testReceipts[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("FailedAfterSent", func(t *testing.T) {
+		need(t, h, CapReceipts)
 		e := setup(t, h)
 		m := e.sentMessage("", "wamid.3")
 		res := e.receipt(outbox.Receipt{ProviderMessageID: "wamid.3", Status: outbox.DeliveryFailed, At: e.at(time.Minute),
@@ -98,6 +101,7 @@ func testReceipts[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("UnknownAndOtherTenant", func(t *testing.T) {
+		need(t, h, CapReceipts, CapTenants)
 		e := setup(t, h)
 		m := e.sentMessage("a", "wamid.4")
 		_, err := e.s.MessageApplyReceipt(e.ctx, outbox.MessageApplyReceiptParams{Receipt: outbox.Receipt{

@@ -67,6 +67,7 @@ func testClaim[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("ConcurrentClaimersNeverShare", func(t *testing.T) {
+		need(t, h, CapConcurrentClaim)
 		e := setup(t, h)
 		const n = 300
 		msgs := make([]outbox.Message, n)
@@ -197,6 +198,7 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("GroupIsTenantTopicAndGroup", func(t *testing.T) {
+		need(t, h, CapTenants)
 		e := setup(t, h)
 		a := e.enqueue(outbox.Message{Tenant: "a", Topic: "t", Group: "g", Payload: []byte(`1`)})[0]
 		rest := e.enqueue(
@@ -221,6 +223,7 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("DeadLetterAndCancelUnblock", func(t *testing.T) {
+		need(t, h, CapCancel)
 		e := setup(t, h)
 		ms := e.enqueueN("t", "g", 3)
 		// An outcome for a message nobody claimed is refused.
@@ -244,6 +247,7 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("ConcurrentClaimersWithRetriesAndReleases", func(t *testing.T) { testFIFOUnderChurn(t, h) })
 
 	t.Run("ConcurrentClaimersKeepGroupOrder", func(t *testing.T) {
+		need(t, h, CapConcurrentClaim)
 		e := setup(t, h)
 		const groups, perGroup = 10, 20
 		var msgs []outbox.Message
@@ -325,6 +329,7 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 // that each claimed message's earlier group mates are all sent or claimed in
 // the same call.
 func testFIFOUnderChurn[TTx any](t *testing.T, h Harness[TTx]) {
+	need(t, h, CapConcurrentClaim)
 	e := setup(t, h)
 	const groups, perGroup = 8, 25
 	var msgs []outbox.Message

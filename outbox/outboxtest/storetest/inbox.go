@@ -28,7 +28,7 @@ func setupInbox[TTx any](t *testing.T, h Harness[TTx]) *inboxEnv[TTx] {
 	t.Helper()
 	e := setup(t, h)
 	if e.b.Inbox == nil {
-		t.Skip("storetest: the Backend has no Inbox")
+		t.Fatalf("storetest: the Backend has no Inbox; declare Features.Lacks %q", CapInbox)
 	}
 	return &inboxEnv[TTx]{env: e, store: e.b.Inbox, inbox: outbox.NewInbox[TTx](e.b.Inbox)}
 }
@@ -107,6 +107,7 @@ func (e *inboxEnv[TTx]) claimAt(consumer, tenant, id string, now time.Time) bool
 
 func testInbox[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("FirstDeliveryThenRedelivery", func(t *testing.T) {
+		need(t, h, CapInbox)
 		e := setupInbox(t, h)
 		if !e.handleIn("billing", "", "m1") {
 			t.Fatal("the first delivery did not run the handler")
@@ -126,6 +127,7 @@ func testInbox[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("SameTransaction", func(t *testing.T) {
+		need(t, h, CapInbox)
 		e := setupInbox(t, h)
 		tx := e.begin()
 		p := outbox.InboxClaimParams{Consumer: "billing", MessageID: "m1", Now: e.t0}
@@ -143,6 +145,7 @@ func testInbox[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("HandlerErrorRollsBack", func(t *testing.T) {
+		need(t, h, CapInbox, CapTransactions)
 		e := setupInbox(t, h)
 		tx := e.begin()
 		ran, err := e.handle(e.ctx, tx, "billing", "", "m1", errHandler)
@@ -165,6 +168,7 @@ func testInbox[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("ConsumersAndTenantsAreSeparate", func(t *testing.T) {
+		need(t, h, CapInbox)
 		e := setupInbox(t, h)
 		keys := []struct{ consumer, tenant string }{
 			{"billing", ""}, {"shipping", ""}, {"billing", "a"}, {"billing", "b"}, {"shipping", "a"},
@@ -201,6 +205,7 @@ func testInbox[TTx any](t *testing.T, h Harness[TTx]) {
 			name = "ConcurrentFirstRollsBack"
 		}
 		t.Run(name, func(t *testing.T) {
+			need(t, h, CapInbox, CapTransactions, CapLockWait)
 			e := setupInbox(t, h)
 			tx1 := e.begin()
 			if ran, err := e.handle(e.ctx, tx1, "billing", "t", "m1", nil); !ran || err != nil {
@@ -258,6 +263,7 @@ func testInbox[TTx any](t *testing.T, h Harness[TTx]) {
 	}
 
 	t.Run("Prune", func(t *testing.T) {
+		need(t, h, CapInbox)
 		e := setupInbox(t, h)
 		old, cut := e.at(-3*time.Hour), e.at(-time.Hour)
 		for i := range 5 {
@@ -297,6 +303,7 @@ func testInbox[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("InvalidParamsKeepTheTransaction", func(t *testing.T) {
+		need(t, h, CapInbox)
 		e := setupInbox(t, h)
 		tx := e.begin()
 		long := strings.Repeat("x", outbox.MaxKeyLength+1)

@@ -195,6 +195,7 @@ func testProcessor[TTx any](t *testing.T, h Harness[TTx]) {
 	}
 
 	t.Run("FIFOAcrossProcessorsWithRetries", func(t *testing.T) {
+		need(t, h, CapConcurrentClaim)
 		e := setup(t, h)
 		n := h.Features.ProcessorMessages
 		if n <= 0 {
@@ -251,6 +252,7 @@ func testProcessor[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("DeadLetterAfterMaxAttempts", func(t *testing.T) {
+		need(t, h, CapConcurrentClaim, CapAttemptHistory)
 		e := setup(t, h)
 		order := e.enqueueGroups("flaky", 40, 4)
 		perm := e.enqueueN("broken", "", 5)

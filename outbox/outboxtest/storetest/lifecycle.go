@@ -11,6 +11,7 @@ import (
 
 func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("Sent", func(t *testing.T) {
+		need(t, h, CapTenants, CapAttemptHistory)
 		e := setup(t, h)
 		m := e.enqueue(outbox.Message{Tenant: "a", Topic: "t", Payload: []byte(`1`)})[0]
 		c := e.claim("p", 1, e.at(time.Second))[0]
@@ -44,6 +45,7 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("RetryThenSucceed", func(t *testing.T) {
+		need(t, h, CapAttemptHistory)
 		e := setup(t, h)
 		m := e.enqueue(msg("t", "", 1))[0]
 		c := e.claim("p", 1, e.t0)[0]
@@ -73,6 +75,7 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("Dead", func(t *testing.T) {
+		need(t, h, CapAttemptHistory)
 		e := setup(t, h)
 		m := e.enqueue(msg("t", "", 1))[0]
 		c := e.claim("p", 1, e.t0)[0]
@@ -246,6 +249,7 @@ func testRecover[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("ExhaustedAttemptsDeadLetter", func(t *testing.T) {
+		need(t, h, CapAttemptHistory)
 		e := setup(t, h)
 		own := msg("t", "", 1)
 		own.MaxAttempts = 1
@@ -274,6 +278,7 @@ func testRecover[TTx any](t *testing.T, h Harness[TTx]) {
 
 func testOperator[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("RequeueDeadLetter", func(t *testing.T) {
+		need(t, h, CapTenants, CapAttemptHistory)
 		e := setup(t, h)
 		m := e.enqueue(outbox.Message{Tenant: "a", Topic: "t", Payload: []byte(`1`)})[0]
 		c := e.claim("p", 1, e.t0)[0]
@@ -320,6 +325,7 @@ func testOperator[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("Cancel", func(t *testing.T) {
+		need(t, h, CapTenants, CapCancel)
 		e := setup(t, h)
 		ms := e.enqueue(outbox.Message{Tenant: "a", Topic: "t", Payload: []byte(`1`)}, outbox.Message{Tenant: "a", Topic: "t", Payload: []byte(`2`)},
 			outbox.Message{Tenant: "a", Topic: "t", Payload: []byte(`3`)})

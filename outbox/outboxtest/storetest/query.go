@@ -67,6 +67,7 @@ func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("CountsByStatus", func(t *testing.T) {
+		need(t, h, CapReceipts, CapCancel)
 		e := setup(t, h)
 		wantCounts(t, e.count(""), nil)
 		ms := e.enqueueN("t", "", 7)
@@ -86,6 +87,7 @@ func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("PruneOldFinishedOnly", func(t *testing.T) {
+		need(t, h, CapCancel, CapAttemptHistory)
 		e := setup(t, h)
 		old := e.enqueueN("t", "", 6)
 		c := e.claim("p", 4, e.t0) // old[0..3] PROCESSING since t0
@@ -126,6 +128,7 @@ func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("TenantIsolation", func(t *testing.T) {
+		need(t, h, CapTenants, CapIdempotency, CapAttemptHistory)
 		e := setup(t, h)
 		a := e.enqueue(outbox.Message{Tenant: "a", Topic: "t", IdempotencyKey: "k", Payload: []byte(`1`)},
 			outbox.Message{Tenant: "a", Topic: "t", Payload: []byte(`2`)})

@@ -24,6 +24,15 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 	if h.NewBackend == nil {
 		t.Fatal("storetest: Harness.NewBackend is nil")
 	}
+	known := map[Capability]bool{}
+	for _, c := range Capabilities() {
+		known[c] = true
+	}
+	for _, c := range h.Features.Lacks {
+		if !known[c] {
+			t.Fatalf("storetest: Features.Lacks names %q, which is not a Capability of the suite", c)
+		}
+	}
 	t.Run("Enqueue", func(t *testing.T) { testEnqueue(t, h) })
 	t.Run("Claim", func(t *testing.T) { testClaim(t, h) })
 	t.Run("FIFO", func(t *testing.T) { testFIFO(t, h) })
@@ -33,6 +42,7 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("Receipts", func(t *testing.T) { testReceipts(t, h) })
 	t.Run("Query", func(t *testing.T) { testQuery(t, h) })
 	t.Run("Inbox", func(t *testing.T) { testInbox(t, h) })
+	t.Run("Optional", func(t *testing.T) { testOptional(t, h) })
 	t.Run("Processor", func(t *testing.T) { testProcessor(t, h) })
 }
 

@@ -12,6 +12,7 @@ import (
 
 func testEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("CommitInTxStoresEveryField", func(t *testing.T) {
+		need(t, h, CapTenants, CapIdempotency)
 		e := setup(t, h)
 		tx := e.begin()
 		in := outbox.Message{
@@ -49,6 +50,7 @@ func testEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("RollbackLeavesNothing", func(t *testing.T) {
+		need(t, h, CapTransactions, CapIdempotency)
 		e := setup(t, h)
 		tx := e.begin()
 		res, err := e.ob.EnqueueTx(e.ctx, tx, msg("t", "g", 1), msg("t", "", 2))
@@ -99,6 +101,7 @@ func testEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("IdempotentRepeatInCallerTx", func(t *testing.T) {
+		need(t, h, CapIdempotency, CapTenants)
 		e := setup(t, h)
 		orig := e.enqueue(outbox.Message{Tenant: "a", Topic: "t", IdempotencyKey: "k", Payload: json.RawMessage(`{"v":1}`)})[0]
 
@@ -129,6 +132,7 @@ func testEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("IdempotentRepeatOwnTx", func(t *testing.T) {
+		need(t, h, CapIdempotency, CapCallerIDs)
 		e := setup(t, h)
 		in := outbox.Message{Topic: "t", IdempotencyKey: "k", Payload: json.RawMessage(`1`)}
 		orig := e.enqueue(in)[0]
@@ -198,6 +202,7 @@ func testEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("DirectCallFillsDefaults", func(t *testing.T) {
+		need(t, h, CapIdempotency)
 		e := setup(t, h)
 		// Called without outbox.Outbox: no ID, no key, a stray status.
 		res, err := e.b.Enqueuer.MessageEnqueue(e.ctx, outbox.MessageEnqueueParams{
@@ -216,6 +221,7 @@ func testEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("CallerChosenIDClash", func(t *testing.T) {
+		need(t, h, CapCallerIDs, CapIdempotency)
 		e := setup(t, h)
 		id := outbox.NewID(e.t0)
 		e.enqueue(outbox.Message{ID: id, Topic: "t", IdempotencyKey: "a", Payload: json.RawMessage(`1`)})
