@@ -1,0 +1,355 @@
+package kafka
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// Defaults of Config.
+const (
+	DefaultDeliveryTimeout = 30 * time.Second
+	DefaultMaxInFlight     = 1000
+)
+
+// Header names the Publisher sets on every record, after the message's own
+// Headers (which carry trace context such as "traceparent" as they are).
+const (
+	HeaderID          = "outbox-id"
+	HeaderTenant      = "outbox-tenant" // set when the message has a tenant
+	HeaderTopic       = "outbox-topic"
+	HeaderGroup       = "outbox-group" // set when the message has a group
+	HeaderSeq         = "outbox-seq"   // the store-assigned sequence, decimal
+	HeaderContentType = "content-type" // application/json
+)
+
+// Producer is the part of *kgo.Client the Publisher uses.
+type Producer interface {
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+}
+
+// Config configures a Publisher.
+type Config struct {
+	// Client produces the records. Required. Create it with kgo.NewClient
+	// on a client you own (and close). When it is a *kgo.Client, New checks
+	// that it writes idempotently (the default) and requires acks from all
+	// in-sync replicas (the default), unless AllowWeakDurability is set.
+	Client Producer
+	// Topic returns the Kafka topic a message is produced to. An error fails
+	// the message permanently (code "topic"). Defaults to TopicPrefix
+	// followed by the message's Topic.
+	Topic func(m *outbox.Message) (string, error)
+	// TopicPrefix is put before the Topic by the default Topic function, e.g.
+	// "outbox." produces topic "orders" to "outbox.orders". Defaults to "".
+	TopicPrefix string
+	// DeliveryTimeout bounds how long a record may wait to be produced (a
+	// broker that is down, a partition without a leader). A record that was
+	// sent and not yet answered is waited for (the idempotent producer
+	// cannot give it up safely). Defaults to 30s.
+	DeliveryTimeout time.Duration
+	// MaxInFlight is the most records produced and not yet acknowledged at
+	// a time by one Publish call. Defaults to 1000.
+	MaxInFlight int
+	// AllowWeakDurability lets New accept a *kgo.Client that does not write
+	// idempotently or does not require acks from all in-sync replicas.
+	// Defaults to false: such a client fails New, since a record it produces
+	// may be lost or duplicated and reordered by the client's own retries.
+	AllowWeakDurability bool
+}
+
+// Publisher produces outbox messages to Kafka with franz-go. It implements
+// outbox.Publisher.
+//
+// # Records
+//
+// Each message becomes one record on the topic Config.Topic returns: the
+// key is the message's Group (so a group always lands in the same partition,
+// in order, under the default partitioner; an unordered message has no key),
+// the value its Payload. The message's Headers are copied first, so trace
+// context ("traceparent", "tracestate") travels with the record; then the
+// Publisher sets HeaderID, HeaderTopic, HeaderSeq, HeaderContentType and,
+// when not empty, HeaderTenant and HeaderGroup (replacing a message header
+// of the same name).
+//
+// A message is sent once the partition leader acknowledges the record (with
+// acks from all in-sync replicas under the default client configuration):
+// ProviderMessageID is "topic/partition/offset" and ProviderResponse the
+// same as JSON.
+//
+// # Outcomes
+//
+// Permanent (the message is dead-lettered at once): the topic function fails
+// or returns an invalid topic name ("topic"), a record larger than the
+// producer or the broker accepts ("too_large"), a record the broker rejects
+// as invalid ("invalid_record", "kafka_<code>" for an invalid topic or
+// request). Retryable: any other failure to produce, e.g. a broker error,
+// the client's retries or DeliveryTimeout used up ("timeout"), an unknown
+// topic ("unknown_topic"), a closed client ("closed").
+//
+// # Ordered groups and batching
+//
+// The records of a batch are produced asynchronously in waves: every
+// unordered message and the first message of every ordered group go out at
+// once (up to MaxInFlight), and the Publisher waits for all of them; then the
+// second message of every group whose first succeeded, and so on. So no
+// record of a group is produced while an earlier one of the group is
+// unresolved, and at a group's first failure its later messages are not
+// produced (outbox.ErrNotAttempted): the group's order holds across the batch
+// and across the processor's retries. Within one wave, the client batches
+// records into as few produce requests as it can.
+//
+// # Cancellation
+//
+// When ctx ends, messages not yet produced get outbox.ErrNotAttempted joined
+// with ctx.Err(); records handed to the client and not yet resolved get a
+// retryable error ("canceled"): the broker may have written them, and the
+// retry is a duplicate that a consumer drops with its inbox.
+//
+// A Publisher is safe for concurrent use.
+type Publisher struct {
+	client      Producer
+	topic       func(m *outbox.Message) (string, error)
+	timeout     time.Duration
+	maxInFlight int
+}
+
+// New returns a Publisher, or an error naming the first invalid Config field.
+func New(cfg Config) (*Publisher, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("kafka: Config.Client is required")
+	}
+	if cfg.DeliveryTimeout < 0 {
+		return nil, errors.New("kafka: Config.DeliveryTimeout must not be negative")
+	}
+	if cfg.MaxInFlight < 0 {
+		return nil, errors.New("kafka: Config.MaxInFlight must not be negative")
+	}
+	if cfg.Topic != nil && cfg.TopicPrefix != "" {
+		return nil, errors.New("kafka: set Config.Topic or Config.TopicPrefix, not both")
+	}
+	if cl, ok := cfg.Client.(*kgo.Client); ok && !cfg.AllowWeakDurability {
+		if err := checkDurability(cl); err != nil {
+			return nil, err
+		}
+	}
+	topic := cfg.Topic
+	if topic == nil {
+		prefix := cfg.TopicPrefix
+		topic = func(m *outbox.Message) (string, error) { return prefix + m.Topic, nil }
+	}
+	return &Publisher{
+		client:      cfg.Client,
+		topic:       topic,
+		timeout:     cmp.Or(cfg.DeliveryTimeout, DefaultDeliveryTimeout),
+		maxInFlight: cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight),
+	}, nil
+}
+
+// checkDurability refuses a client that may lose, duplicate or reorder
+// records on its own retries.
+func checkDurability(cl *kgo.Client) error {
+	if off, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); off {
+		return errors.New("kafka: the client has idempotent writes disabled (kgo.DisableIdempotentWrite); " +
+			"its retries may duplicate and reorder records (set Config.AllowWeakDurability to accept this)")
+	}
+	if acks, ok := cl.OptValue(kgo.RequiredAcks).(kgo.Acks); ok && acks != kgo.AllISRAcks() {
+		return errors.New("kafka: the client does not require acks from all in-sync replicas (kgo.RequiredAcks); " +
+			"an acknowledged record may be lost (set Config.AllowWeakDurability to accept this)")
+	}
+	if on, _ := cl.OptValue(kgo.AllowIdempotentProduceCancellation).(bool); on {
+		return errors.New("kafka: the client may cancel in-flight records (kgo.AllowIdempotentProduceCancellation); " +
+			"a cancelled record may still be written (set Config.AllowWeakDurability to accept this)")
+	}
+	if v, _ := cl.OptValue(kgo.TransactionalID).(string); v != "" {
+		return errors.New("kafka: the client is transactional (kgo.TransactionalID); the Publisher produces outside transactions")
+	}
+	return nil
+}
+
+// Publish produces msgs and returns one Result per message, in order. See
+// Publisher for the outcomes, ordered groups and cancellation.
+func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox.Result {
+	return outbox.PublishWaves(ctx, msgs, p.maxInFlight, func(ctx context.Context, idx []int, out []outbox.Result) {
+		p.produceChunk(ctx, msgs, idx, out)
+	})
+}
+
+type produced struct {
+	j   int
+	rec *kgo.Record
+	err error
+}
+
+// produceChunk hands the records at idx to the client, then awaits their
+// promises.
+func (p *Publisher) produceChunk(ctx context.Context, msgs []outbox.Message, idx []int, out []outbox.Result) {
+	done := make(chan produced, len(idx)) // buffered: a late promise never blocks
+	rctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	pending := 0
+	for j, i := range idx {
+		if err := ctx.Err(); err != nil {
+			out[i].Err = errors.Join(outbox.ErrNotAttempted, err)
+			continue
+		}
+		rec, err := p.record(&msgs[i])
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		pending++
+		p.client.Produce(rctx, rec, func(r *kgo.Record, err error) { done <- produced{j: j, rec: r, err: err} })
+	}
+	got := make([]bool, len(idx))
+	for ; pending > 0; pending-- {
+		select {
+		case d := <-done:
+			got[d.j] = true
+			i := idx[d.j]
+			if d.err != nil {
+				out[i].Err = p.classify(ctx, d.err)
+				continue
+			}
+			out[i] = ackResult(d.rec)
+		case <-ctx.Done():
+			for j, i := range idx {
+				if !got[j] && out[i].Err == nil {
+					out[i].Err = &outbox.PublishError{Code: "canceled", Message: "the context ended before the broker answered", Err: ctx.Err()}
+				}
+			}
+			return
+		}
+	}
+}
+
+// ack is the ProviderResponse of a produced record.
+type ack struct {
+	Topic     string    `json:"topic"`
+	Partition int32     `json:"partition"`
+	Offset    int64     `json:"offset"`
+	Timestamp time.Time `json:"timestamp"`
+}
+
+func ackResult(r *kgo.Record) outbox.Result {
+	resp, _ := json.Marshal(ack{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp.UTC()})
+	return outbox.Result{
+		ProviderMessageID: r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) + "/" + strconv.FormatInt(r.Offset, 10),
+		ProviderResponse:  resp,
+	}
+}
+
+// record builds the Kafka record of m.
+func (p *Publisher) record(m *outbox.Message) (*kgo.Record, error) {
+	topic, err := p.topic(m)
+	if err != nil {
+		return nil, outbox.Permanent("topic", "no topic for the message: "+sanitize(err.Error(), 300))
+	}
+	if !validTopic(topic) {
+		return nil, outbox.Permanent("topic", fmt.Sprintf("%q is not a valid Kafka topic name", sanitize(topic, 100)))
+	}
+	set := map[string]string{HeaderID: m.ID, HeaderTopic: m.Topic, HeaderSeq: strconv.FormatInt(m.Seq, 10), HeaderContentType: "application/json"}
+	if m.Tenant != "" {
+		set[HeaderTenant] = m.Tenant
+	}
+	if m.Group != "" {
+		set[HeaderGroup] = m.Group
+	}
+	hs := make([]kgo.RecordHeader, 0, len(m.Headers)+len(set))
+	for k, v := range m.Headers {
+		if _, ours := set[strings.ToLower(k)]; ours {
+			continue
+		}
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	}
+	for _, k := range []string{HeaderID, HeaderTenant, HeaderTopic, HeaderGroup, HeaderSeq, HeaderContentType} {
+		if v, ok := set[k]; ok {
+			hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		}
+	}
+	r := &kgo.Record{Topic: topic, Value: m.Payload, Headers: hs}
+	if m.Group != "" {
+		r.Key = []byte(m.Group)
+	}
+	return r, nil
+}
+
+// classify maps a produce error to an outbox error. ctx is the Publish
+// context.
+func (p *Publisher) classify(ctx context.Context, err error) error {
+	msg := sanitize(err.Error(), 500)
+	var ke *kerr.Error
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		if ctx.Err() != nil {
+			// The client gives up a record only when it was not sent.
+			return errors.Join(outbox.ErrNotAttempted, ctx.Err())
+		}
+		return &outbox.PublishError{Code: "timeout", Message: "not produced within " + p.timeout.String(), Err: err}
+	case errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, kgo.ErrRecordRetries):
+		return &outbox.PublishError{Code: "timeout", Message: msg, Err: err}
+	case errors.Is(err, kgo.ErrClientClosed):
+		return &outbox.PublishError{Code: "closed", Message: msg, Err: err}
+	case errors.Is(err, kgo.ErrMaxBuffered):
+		return outbox.Defer(time.Second, "buffer_full", "the client holds the most records it may buffer")
+	case errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge):
+		return &outbox.PublishError{Code: "too_large", Message: msg, Permanent: true, Err: err}
+	case errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage):
+		return &outbox.PublishError{Code: "invalid_record", Message: msg, Permanent: true, Err: err}
+	case errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID):
+		return &outbox.PublishError{Code: "unknown_topic", Message: msg, Err: err}
+	case errors.As(err, &ke):
+		code := "kafka_" + strconv.Itoa(int(ke.Code))
+		switch ke {
+		case kerr.InvalidTopicException, kerr.InvalidRequiredAcks, kerr.InvalidTimestamp, kerr.UnsupportedForMessageFormat:
+			return &outbox.PublishError{Code: code, Message: msg, Permanent: true, Err: err}
+		}
+		return &outbox.PublishError{Code: code, Message: msg, Err: err}
+	default:
+		return &outbox.PublishError{Code: "error", Message: msg, Err: err}
+	}
+}
+
+// validTopic reports whether s is a legal Kafka topic name: 1 to 249
+// characters of [a-zA-Z0-9._-], not "." or "..".
+func validTopic(s string) bool {
+	if s == "" || len(s) > 249 || s == "." || s == ".." {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// sanitize keeps s printable and at most n bytes.
+func sanitize(s string, n int) string {
+	s = strings.ToValidUTF8(s, "?")
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > n {
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s = s[:n] + "…"
+	}
+	return s
+}
