@@ -127,6 +127,9 @@ func NewConsumer[TTx any](cfg ConsumerConfig[TTx]) (*Consumer[TTx], error) {
 // back and the record is consumed again by the next Run.
 func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	cl := c.cfg.Client
+	// With kgo.BlockRebalanceOnPoll, a rebalance (and the client's Close)
+	// waits until the records of the last poll are let go.
+	defer cl.AllowRebalance()
 	for {
 		fetches := cl.PollFetches(ctx)
 		if fetches.IsClientClosed() {
