@@ -76,6 +76,14 @@ func (s *Service) routes() *http.ServeMux {
 	}
 	// Everything else answers the API's JSON error, not the mux's text.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		for _, m := range []string{"GET", "POST"} {
+			r2 := r.Clone(r.Context())
+			r2.Method = m
+			if _, p := mux.Handler(r2); p != "/" {
+				writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "method "+r.Method+" is not allowed here")
+				return
+			}
+		}
 		writeError(w, http.StatusNotFound, "not_found", "no such endpoint")
 	})
 	return mux

@@ -311,7 +311,19 @@ func (s *Service) openStore(ctx context.Context) error {
 		if err := st.Migrate(ctx); err != nil {
 			return err
 		}
-		s.store, s.db, s.inTx = st, st.DB(), st.InTx
+		// SQLite has one writer at a time: the API's transactions queue
+		// here (honouring ctx) rather than spin on the busy timeout.
+		sem := make(chan struct{}, 1)
+		s.store, s.db = st, st.DB()
+		s.inTx = func(ctx context.Context, fn func(tx *sql.Tx) error) error {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			defer func() { <-sem }()
+			return st.InTx(ctx, fn)
+		}
 		s.d = dialect{name: "sqlite", outboxTable: sqlite.DefaultTablePrefix + "messages"}
 	case "mysql":
 		db, err := sql.Open("mysql", cfg.DSN)
