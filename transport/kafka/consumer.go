@@ -60,6 +60,9 @@ type ConsumerConfig[TTx any] struct {
 	// and consumer, whatever the number of deliveries; an error rolls tx
 	// back and the delivery is handled again after RetryDelay.
 	Handle func(ctx context.Context, tx TTx, d Delivery) error
+	// OnHandled, when set, is called after Handle ran and its transaction
+	// committed.
+	OnHandled func(d Delivery)
 	// OnDuplicate, when set, is called after a delivery the inbox recognised
 	// as already handled (and acknowledged without running Handle).
 	OnDuplicate func(d Delivery)
@@ -183,6 +186,9 @@ func (c *Consumer[TTx]) handle(ctx context.Context, r *kgo.Record) bool {
 		})
 		switch {
 		case err == nil:
+			if ran && c.cfg.OnHandled != nil {
+				c.cfg.OnHandled(d)
+			}
 			if !ran && c.cfg.OnDuplicate != nil {
 				c.cfg.OnDuplicate(d)
 			}

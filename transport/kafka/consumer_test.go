@@ -128,10 +128,12 @@ func TestEndToEndCrashBetweenPublishAndMarkSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	var duplicates sync.Map
+	var handled atomic.Int32
 	cons, err := kafka.NewConsumer(kafka.ConsumerConfig[*sql.Tx]{
 		Client: consumerClient(t, c, "billing", "orders"), Inbox: outbox.NewInbox[*sql.Tx](consumerDB), Name: "billing",
 		InTx: consumerDB.InTx, Handle: applyDelivery,
 		OnDuplicate: func(d kafka.Delivery) { duplicates.Store(d.ID, true) },
+		OnHandled:   func(kafka.Delivery) { handled.Add(1) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +164,9 @@ func TestEndToEndCrashBetweenPublishAndMarkSent(t *testing.T) {
 		t.Fatalf("the crashed message was published %d times (err %v), want a second publication", len(atts), err)
 	}
 	rows := appliedRows(t, consumerDB)
+	if int(handled.Load()) != len(rows) {
+		t.Fatalf("OnHandled called %d times for %d applied messages", handled.Load(), len(rows))
+	}
 	seen := map[string]bool{}
 	last := map[string]int64{}
 	for _, r := range rows {
