@@ -284,6 +284,14 @@ func TestScriptedRun(t *testing.T) {
 		for st, n := range map[outbox.Status]int64{outbox.StatusDelivered: 1, outbox.StatusSent: 1, outbox.StatusFailed: 1, outbox.StatusPending: 2, outbox.StatusProcessing: 0} {
 			check(outboxotel.MetricQueueDepth, attribute.NewSet(outboxotel.AttrStatus.String(string(st))), n)
 		}
+		// Oldest pending per topic: messages 4 (orders) and 5 (sms), both
+		// enqueued during this test.
+		for _, topic := range []string{"orders", "sms"} {
+			age := gaugeFloat(t, rm, outboxotel.MetricOldestPendingAge, attribute.NewSet(outboxotel.AttrTopic.String(topic)))
+			if age <= 0 || age > time.Since(b.started).Seconds() {
+				t.Errorf("oldest pending age of %s = %.3fs, want within the test's %.3fs", topic, age, time.Since(b.started).Seconds())
+			}
+		}
 		// Histograms: 4 attempts on "orders" (the deferral is no attempt),
 		// 2 enqueue-to-publish samples, and claims that took 5 messages in all.
 		if c, _ := histogram(t, rm, outboxotel.MetricPublishLatency, orders); c != 4 {
@@ -371,4 +379,24 @@ func histogram(t *testing.T, rm metricdata.ResourceMetrics, name string, set att
 		t.Fatalf("metric %s has data %T", name, m.Data)
 	}
 	return 0, 0
+}
+
+func gaugeFloat(t *testing.T, rm metricdata.ResourceMetrics, name string, set attribute.Set) float64 {
+	t.Helper()
+	m, ok := find(rm, name)
+	if !ok {
+		t.Errorf("metric %s was not recorded", name)
+		return -1
+	}
+	g, ok := m.Data.(metricdata.Gauge[float64])
+	if !ok {
+		t.Fatalf("metric %s has data %T", name, m.Data)
+	}
+	for _, p := range g.DataPoints {
+		if p.Attributes.Equals(&set) {
+			return p.Value
+		}
+	}
+	t.Errorf("metric %s has no point for %v", name, set.ToSlice())
+	return -1
 }

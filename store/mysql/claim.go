@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxkit/outboxkit/internal/adminsql"
 	"github.com/outboxkit/outboxkit/internal/sqlstore"
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -50,7 +51,7 @@ func (s *Store) claimTx(ctx context.Context, tx sqlstore.Querier, p outbox.Messa
 	// Unordered messages: the oldest due ones not locked by another claimer.
 	args := append(append([]any{nowS}, topicArgs...), p.Limit)
 	seqs, err := sqlstore.QuerySeqs(ctx, tx, `SELECT seq FROM `+m+` FORCE INDEX (`+s.env.Prefix+`messages_claim)
-		WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= ?`+topicFilter+`
+		WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= ?`+topicFilter+adminsql.NotPaused(s.PausesTable(), "")+`
 		ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED`, args...)
 	if err != nil {
 		return nil, err
@@ -102,7 +103,8 @@ func (s *Store) claimGroups(ctx context.Context, tx sqlstore.Querier, nowS, topi
 	args := append(append([]any{nowS}, topicArgs...), min(4*limit, limit+100))
 	rows, err := tx.QueryContext(ctx, `SELECT w.tenant, w.topic, w.grp, w.seq
 		FROM `+m+` w FORCE INDEX (`+s.env.Prefix+`messages_claim)
-		WHERE w.status = 'PENDING' AND w.grp <> '' AND w.next_attempt_at <= ?`+strings.ReplaceAll(topicFilter, "topic", "w.topic")+`
+		WHERE w.status = 'PENDING' AND w.grp <> '' AND w.next_attempt_at <= ?`+strings.ReplaceAll(topicFilter, "topic", "w.topic")+
+		adminsql.NotPaused(s.PausesTable(), "w.")+`
 			AND NOT EXISTS (
 				SELECT 1 FROM `+m+` b FORCE INDEX (`+s.env.Prefix+`messages_group_status)
 				WHERE b.tenant = w.tenant AND b.topic = w.topic AND b.grp = w.grp

@@ -62,8 +62,8 @@ func TestMigrateUpDown(t *testing.T) {
 		t.Fatalf("SchemaVersion = %d, %v; want %d", v, err, newest)
 	}
 	// messages, attempts, groups, schema_version (001) and inbox (002).
-	if n := tableCount(t, d.DB, "mig_"); n != 5 {
-		t.Fatalf("%d tables after Migrate, want 5", n)
+	if n := tableCount(t, d.DB, "mig_"); n != 6 {
+		t.Fatalf("%d tables after Migrate, want 6 (with pauses, 003)", n)
 	}
 	// Idempotent.
 	if err := st.Migrate(ctx); err != nil {
@@ -86,7 +86,7 @@ func TestMigrateUpDown(t *testing.T) {
 	if v, err := st.SchemaVersion(ctx); err != nil || v != 0 {
 		t.Fatalf("SchemaVersion after down = %d, %v; want 0", v, err)
 	}
-	if n := tableCount(t, d.DB, "outbox_"); n != 5 {
+	if n := tableCount(t, d.DB, "outbox_"); n != 6 {
 		t.Fatalf("MigrateDown of mig_ touched outbox_: %d tables", n)
 	}
 	// Down twice is harmless; up again works.

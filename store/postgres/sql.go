@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxkit/outboxkit/internal/adminsql"
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -49,7 +50,7 @@ func buildSQL(s *Store) sqlText {
 	if s.opts.AsyncCommit {
 		async = "set_config('synchronous_commit', 'off', true)"
 	}
-	r := strings.NewReplacer("{ASYNC}", async, "{T}", s.messages, "{A}", s.attempts, "{COLS}", msgCols, "{MCOLS}", prefixed("m"), "{UCOLS}", prefixed("u"))
+	r := strings.NewReplacer("{ASYNC}", async, "{T}", s.messages, "{P}", s.pauses, "{A}", s.attempts, "{COLS}", msgCols, "{MCOLS}", prefixed("m"), "{UCOLS}", prefixed("u"))
 	q := func(sql string) string { return r.Replace(sql) }
 
 	enqueue := func(notify bool) string {
@@ -99,6 +100,8 @@ SELECT ins.id, ins.seq FROM ins` + notifyJoin)
 	// never claimed while an earlier one of its group is held by someone
 	// else. The final row carries the window's size and last sequence so the
 	// caller knows whether to look past it.
+	// Paused topics and groups (outbox.Admin) are not claimed.
+	notPaused := adminsql.NotPaused("{P}", "")
 	claimTail := func(topicFilter string) string {
 		return `
 runs AS MATERIALIZED (
@@ -119,7 +122,7 @@ runs AS MATERIALIZED (
 	LIMIT $3
 ), free AS MATERIALIZED (
 	SELECT id, 1::bigint AS pos, seq AS rank_seq, seq FROM {T}
-	WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= $1` + topicFilter + `
+	WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= $1` + topicFilter + notPaused + `
 	ORDER BY next_attempt_at
 	LIMIT $3
 ), cand AS MATERIALIZED (
@@ -153,7 +156,7 @@ runs AS MATERIALIZED (
 		}
 		return q(`WITH win AS MATERIALIZED (
 	SELECT id, tenant, topic, grp, seq, next_attempt_at FROM {T}
-	WHERE status = 'PENDING' AND grp <> ''` + tf + `
+	WHERE status = 'PENDING' AND grp <> ''` + tf + notPaused + `
 	ORDER BY seq
 	LIMIT $4
 ), heads AS MATERIALIZED (
@@ -211,7 +214,7 @@ ORDER BY u.seq`)
 ), heads AS MATERIALIZED (
 	SELECT m.tenant, m.topic, m.grp, m.seq FROM (
 		SELECT g.id, g.seq FROM groups g
-		WHERE g.status = 'PENDING' AND g.next_attempt_at <= $1 AND g.seq > $4` + tfh + `
+		WHERE g.status = 'PENDING' AND g.next_attempt_at <= $1 AND g.seq > $4` + tfh + adminsql.NotPaused("{P}", "g.") + `
 		ORDER BY g.seq
 	) h JOIN {T} m ON m.id = h.id
 	WHERE m.status = 'PENDING' AND m.next_attempt_at <= $1

@@ -91,6 +91,7 @@ type Store struct {
 
 	messages   string // qualified table names
 	attempts   string
+	pauses     string
 	migrations string
 	channel    string // NOTIFY channel
 	groupNS    int32  // advisory lock namespace of group enqueue locks
@@ -145,6 +146,7 @@ func New(db DB, opts Options) (*Store, error) {
 	}
 	s.messages = s.schema + "." + s.prefix + "messages"
 	s.attempts = s.schema + "." + s.prefix + "attempts"
+	s.pauses = s.schema + "." + s.prefix + "pauses"
 	s.migrations = s.schema + "." + s.prefix + "migrations"
 	s.channel = s.schema + "." + s.prefix + "messages"
 	if len(s.channel) > 63 {

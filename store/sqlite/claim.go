@@ -99,6 +99,10 @@ func (s *Store) claimGroups(ctx context.Context, q sqlstore.Querier, nowUS int64
 		}
 	}()
 
+	pauses, err := s.Pauses(ctx, q)
+	if err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	start := s.cursor
 	s.mu.Unlock()
@@ -130,7 +134,7 @@ func (s *Store) claimGroups(ctx context.Context, q sqlstore.Querier, nowUS int64
 			break // full circle: start itself is visited last
 		}
 		cur = k
-		if k.Grp == "" || (topics != nil && !topics[k.Topic]) || status != string(outbox.StatusPending) || due > nowUS {
+		if k.Grp == "" || (topics != nil && !topics[k.Topic]) || status != string(outbox.StatusPending) || due > nowUS || paused(pauses, k) {
 			continue
 		}
 		if prefix == nil {
@@ -189,4 +193,14 @@ func readPrefix(ctx context.Context, prefix *sql.Stmt, k groupKey, nowUS int64, 
 		out = append(out, seq)
 	}
 	return out, rows.Err()
+}
+
+// paused reports whether a pause (outbox.Admin) covers group k.
+func paused(ps []outbox.Pause, k groupKey) bool {
+	for _, p := range ps {
+		if p.Matches(&outbox.Message{Tenant: k.Tenant, Topic: k.Topic, Group: k.Grp}) {
+			return true
+		}
+	}
+	return false
 }

@@ -42,6 +42,7 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
+	"github.com/outboxkit/outboxkit/internal/adminsql"
 	"github.com/outboxkit/outboxkit/internal/sqlstore"
 	"github.com/outboxkit/outboxkit/internal/surface"
 	"github.com/outboxkit/outboxkit/outbox"
@@ -268,10 +269,12 @@ func newQueries(prefix string) queries {
 	// groups (one index seek per group with open messages) to read the
 	// claimable prefix of each: the group's open messages from its head up
 	// to the first one that is PROCESSING or not yet due.
-	q.claimUnordered = `SELECT seq FROM ` + m + ` WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= ?
+	// Paused topics are skipped (outbox.Admin).
+	notPaused := adminsql.NotPaused(prefix+"pauses", "")
+	q.claimUnordered = `SELECT seq FROM ` + m + ` WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= ?` + notPaused + `
 		ORDER BY seq LIMIT ?`
 	q.claimUnorderedTopics = `SELECT seq FROM ` + m + ` WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= ?
-		AND topic IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?`
+		AND topic IN (SELECT value FROM json_each(?))` + notPaused + ` ORDER BY seq LIMIT ?`
 	q.nextGroupHead = `SELECT tenant, topic, grp, status, next_attempt_at FROM ` + m + `
 		WHERE status IN ('PENDING', 'PROCESSING') AND (tenant, topic, grp) > (?, ?, ?)
 		ORDER BY tenant, topic, grp, seq LIMIT 1`

@@ -68,8 +68,8 @@ func TestMigrateUpDown(t *testing.T) {
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate again: %v", err)
 	}
-	if v, err := st.SchemaVersion(ctx); err != nil || v != 2 {
-		t.Fatalf("SchemaVersion: %d, %v; want 2", v, err)
+	if v, err := st.SchemaVersion(ctx); err != nil || v != 3 {
+		t.Fatalf("SchemaVersion: %d, %v; want 3", v, err)
 	}
 	m := enqueueOne(t, st, "t")
 

@@ -87,13 +87,16 @@ const (
 	CapAttemptHistory Capability = "attempt history"
 	// CapCallerIDs: a caller-chosen message ID is stored as given.
 	CapCallerIDs Capability = "caller-chosen IDs"
+	// CapAdmin: the Store implements outbox.Admin (operator search, bulk
+	// requeue, topic stats, pauses honoured by the claim).
+	CapAdmin Capability = "admin"
 )
 
 // Capabilities returns every Capability the suite knows.
 func Capabilities() []Capability {
 	return []Capability{
 		CapTransactions, CapConcurrentClaim, CapLockWait, CapReceipts, CapInbox, CapWakeups, CapListInTx,
-		CapTenants, CapIdempotency, CapCancel, CapAttemptHistory, CapCallerIDs,
+		CapTenants, CapIdempotency, CapCancel, CapAttemptHistory, CapCallerIDs, CapAdmin,
 	}
 }
 

@@ -1,0 +1,194 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/outboxkit/outboxkit/internal/adminsql"
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+var _ outbox.Admin = (*Store)(nil)
+
+// PausesTable returns the name of the pauses table (outbox.Admin), for the
+// claim's pause check.
+func (s *Store) PausesTable() string { return s.prefix + "pauses" }
+
+func (s *Store) timeArg(t time.Time) any { return s.d.Time(t.UTC().Truncate(time.Microsecond)) }
+
+// MessageSearch implements outbox.Admin: messages of every tenant matching
+// p.Filter, in Seq order, a page at a time.
+func (s *Store) MessageSearch(ctx context.Context, p outbox.MessageSearchParams) (outbox.MessagePage, error) {
+	if err := outbox.ValidateSearch(&p); err != nil {
+		return outbox.MessagePage{}, err
+	}
+	a := &adminsql.Args{}
+	w := append(adminsql.Filter(p.Filter, "", a, s.timeArg), "seq > "+a.Add(p.AfterSeq))
+	rows, err := s.db.QueryContext(ctx, `SELECT `+MessageCols+` FROM `+s.messages+adminsql.Where(w)+
+		` ORDER BY seq LIMIT `+a.Add(p.Limit+1), a.Vals...)
+	if err != nil {
+		return outbox.MessagePage{}, s.errorf("search", err)
+	}
+	msgs, err := ScanMessages(rows)
+	if err != nil {
+		return outbox.MessagePage{}, s.errorf("search", err)
+	}
+	var page outbox.MessagePage
+	if len(msgs) > p.Limit {
+		msgs = msgs[:p.Limit]
+		page.NextAfterSeq = msgs[p.Limit-1].Seq
+	}
+	page.Messages = msgs
+	return page, nil
+}
+
+// MessageRequeueMany implements outbox.Admin: up to p.Limit FAILED messages
+// matching p.Filter after p.AfterSeq go back to PENDING (due p.Now,
+// attempts reset) in one transaction.
+func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueManyParams) (outbox.RequeueManyResult, error) {
+	if p.Now.IsZero() {
+		p.Now = s.now(time.Time{})
+	}
+	if err := outbox.ValidateRequeueMany(&p); err != nil {
+		return outbox.RequeueManyResult{}, err
+	}
+	var res outbox.RequeueManyResult
+	err := s.cfg.WriteTx(ctx, func(q Querier) error {
+		res = outbox.RequeueManyResult{}
+		a := &adminsql.Args{}
+		w := append(adminsql.Filter(p.Filter, "", a, s.timeArg), "seq > "+a.Add(p.AfterSeq))
+		lock := ""
+		if !p.DryRun {
+			lock = s.d.ForUpdate
+		}
+		var seqs []int64
+		err := s.scanRows(ctx, q, `SELECT seq, id FROM `+s.messages+adminsql.Where(w)+
+			` ORDER BY seq LIMIT `+a.Add(p.Limit+1)+lock, a.Vals, func(r *sql.Rows) error {
+			var seq int64
+			var id string
+			if err := r.Scan(&seq, &id); err != nil {
+				return err
+			}
+			seqs = append(seqs, seq)
+			res.IDs = append(res.IDs, id)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(seqs) > p.Limit {
+			seqs, res.IDs = seqs[:p.Limit], res.IDs[:p.Limit]
+			res.NextAfterSeq = seqs[p.Limit-1]
+		}
+		res.Matched = len(seqs)
+		if p.DryRun || len(seqs) == 0 {
+			return nil
+		}
+		now := s.timeArg(p.Now)
+		r, err := q.ExecContext(ctx, `UPDATE `+s.messages+` SET status = 'PENDING', attempts = 0,
+			next_attempt_at = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL
+			WHERE seq IN (`+Placeholders(len(seqs))+`) AND status = 'FAILED'`, append([]any{now, now}, Int64s(seqs)...)...)
+		if err != nil {
+			return err
+		}
+		n, err := r.RowsAffected()
+		res.Requeued = int(n)
+		return err
+	})
+	if err != nil {
+		return outbox.RequeueManyResult{}, s.errorf("requeue many", err)
+	}
+	if res.Requeued > 0 {
+		s.Notify()
+	}
+	return res, nil
+}
+
+// TopicStats implements outbox.Admin. It reads the whole messages table
+// (of the selected tenants): an operator's query, not one for a hot path.
+func (s *Store) TopicStats(ctx context.Context, p outbox.TopicStatsParams) ([]outbox.TopicStat, error) {
+	f := outbox.MessageFilter{Tenants: p.Tenants}
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	a := &adminsql.Args{}
+	w := adminsql.Filter(f, "", a, s.timeArg)
+	var out []outbox.TopicStat
+	err := s.scanRows(ctx, s.db, `SELECT topic, status, COUNT(*), MIN(created_at) FROM `+s.messages+
+		adminsql.Where(w)+` GROUP BY topic, status ORDER BY topic`, a.Vals, func(r *sql.Rows) error {
+		var topic, status string
+		var n int64
+		var oldest Time
+		if err := r.Scan(&topic, &status, &n, &oldest); err != nil {
+			return err
+		}
+		out = adminsql.AddStat(out, topic, outbox.Status(status), n, oldest.T)
+		return nil
+	})
+	if err != nil {
+		return nil, s.errorf("topic stats", err)
+	}
+	return out, nil
+}
+
+// PauseAdd implements outbox.Admin.
+func (s *Store) PauseAdd(ctx context.Context, p outbox.PauseAddParams) error {
+	if err := outbox.ValidatePause(p.Topic, p.Group, p.Tenant); err != nil {
+		return err
+	}
+	insert, conflict := `INSERT INTO `, ` ON CONFLICT DO NOTHING`
+	if s.d.Name == "mysql" {
+		insert, conflict = `INSERT IGNORE INTO `, ``
+	}
+	_, err := s.db.ExecContext(ctx, insert+s.PausesTable()+` (pause_topic, pause_grp, pause_tenant, created_at)
+		VALUES (?, ?, ?, ?)`+conflict, p.Topic, p.Group, p.Tenant, s.timeArg(s.now(p.Now)))
+	if err != nil {
+		return s.errorf("pause", err)
+	}
+	return nil
+}
+
+// PauseRemove implements outbox.Admin.
+func (s *Store) PauseRemove(ctx context.Context, p outbox.PauseRemoveParams) (bool, error) {
+	if err := outbox.ValidatePause(p.Topic, p.Group, p.Tenant); err != nil {
+		return false, err
+	}
+	r, err := s.db.ExecContext(ctx, `DELETE FROM `+s.PausesTable()+` WHERE pause_topic = ? AND pause_grp = ? AND pause_tenant = ?`,
+		p.Topic, p.Group, p.Tenant)
+	if err != nil {
+		return false, s.errorf("resume", err)
+	}
+	n, _ := r.RowsAffected()
+	if n > 0 {
+		s.Notify()
+	}
+	return n > 0, nil
+}
+
+// PauseList implements outbox.Admin.
+func (s *Store) PauseList(ctx context.Context, _ outbox.PauseListParams) ([]outbox.Pause, error) {
+	out, err := s.Pauses(ctx, s.db)
+	if err != nil {
+		return nil, s.errorf("pauses", err)
+	}
+	return out, nil
+}
+
+// Pauses reads every pause with q (the claim reads them in its
+// transaction).
+func (s *Store) Pauses(ctx context.Context, q Querier) ([]outbox.Pause, error) {
+	var out []outbox.Pause
+	err := s.scanRows(ctx, q, `SELECT pause_topic, pause_grp, pause_tenant, created_at FROM `+s.PausesTable()+
+		` ORDER BY pause_topic, pause_grp, pause_tenant`, nil, func(r *sql.Rows) error {
+		var p outbox.Pause
+		var at Time
+		if err := r.Scan(&p.Topic, &p.Group, &p.Tenant, &at); err != nil {
+			return err
+		}
+		p.CreatedAt = at.T
+		out = append(out, p)
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,204 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outboxkit/internal/adminsql"
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+var _ outbox.Admin = (*Store)(nil)
+
+func tsOf(t time.Time) any { return t.UTC() }
+
+// PausesTable returns the qualified name of the pauses table.
+func (s *Store) PausesTable() string { return s.pauses }
+
+// MessageSearch implements outbox.Admin: messages of every tenant matching
+// p.Filter, in Seq order, a page at a time.
+func (s *Store) MessageSearch(ctx context.Context, p outbox.MessageSearchParams) (outbox.MessagePage, error) {
+	if err := outbox.ValidateSearch(&p); err != nil {
+		return outbox.MessagePage{}, err
+	}
+	p.Filter = textFilter(p.Filter)
+	a := &adminsql.Args{Dollar: true}
+	w := append(adminsql.Filter(p.Filter, "", a, tsOf), "seq > "+a.Add(p.AfterSeq))
+	r, err := s.db.Query(ctx, `SELECT `+msgCols+` FROM `+s.messages+adminsql.Where(w)+
+		` ORDER BY seq LIMIT `+a.Add(p.Limit+1), a.Vals...)
+	if err != nil {
+		return outbox.MessagePage{}, wrapErr("search", err)
+	}
+	defer r.Close()
+	var page outbox.MessagePage
+	for r.Next() {
+		m, err := scanMessage(r)
+		if err != nil {
+			return outbox.MessagePage{}, wrapErr("search", err)
+		}
+		page.Messages = append(page.Messages, m)
+	}
+	if err := r.Err(); err != nil {
+		return outbox.MessagePage{}, wrapErr("search", err)
+	}
+	if len(page.Messages) > p.Limit {
+		page.Messages = page.Messages[:p.Limit]
+		page.NextAfterSeq = page.Messages[p.Limit-1].Seq
+	}
+	return page, nil
+}
+
+func textFilter(f outbox.MessageFilter) outbox.MessageFilter {
+	f.Topic, f.Group, f.ErrorCode = text(f.Topic), text(f.Group), text(f.ErrorCode)
+	if len(f.Tenants) > 0 {
+		ts := make([]string, len(f.Tenants))
+		for i, t := range f.Tenants {
+			ts[i] = text(t)
+		}
+		f.Tenants = ts
+	}
+	return f
+}
+
+// MessageRequeueMany implements outbox.Admin: up to p.Limit FAILED messages
+// matching p.Filter after p.AfterSeq go back to PENDING (due p.Now,
+// attempts reset) in one statement. Rows another transaction holds locked
+// are left for a later call.
+func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueManyParams) (outbox.RequeueManyResult, error) {
+	if p.Now.IsZero() {
+		p.Now = s.at(time.Time{})
+	}
+	if err := outbox.ValidateRequeueMany(&p); err != nil {
+		return outbox.RequeueManyResult{}, err
+	}
+	p.Filter = textFilter(p.Filter)
+	a := &adminsql.Args{Dollar: true}
+	w := append(adminsql.Filter(p.Filter, "", a, tsOf), "seq > "+a.Add(p.AfterSeq))
+	sel := `SELECT id, seq FROM ` + s.messages + adminsql.Where(w) + ` ORDER BY seq LIMIT ` + a.Add(p.Limit+1)
+	var res outbox.RequeueManyResult
+	var seqs []int64
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		lock := ""
+		if !p.DryRun {
+			lock = " FOR UPDATE"
+		}
+		r, err := tx.Query(ctx, sel+lock, a.Vals...)
+		if err != nil {
+			return err
+		}
+		for r.Next() {
+			var id string
+			var seq int64
+			if err := r.Scan(&id, &seq); err != nil {
+				r.Close()
+				return err
+			}
+			res.IDs = append(res.IDs, id)
+			seqs = append(seqs, seq)
+		}
+		r.Close()
+		if err := r.Err(); err != nil {
+			return err
+		}
+		if len(seqs) > p.Limit {
+			seqs, res.IDs = seqs[:p.Limit], res.IDs[:p.Limit]
+			res.NextAfterSeq = seqs[p.Limit-1]
+		}
+		res.Matched = len(seqs)
+		if p.DryRun || len(seqs) == 0 {
+			return nil
+		}
+		tag, err := tx.Exec(ctx, `UPDATE `+s.messages+` SET status = 'PENDING', attempts = 0,
+			next_attempt_at = $1, updated_at = $1, claimed_at = NULL, claimed_by = NULL
+			WHERE id = ANY($2::text[]) AND status = 'FAILED'`, p.Now, res.IDs)
+		if err != nil {
+			return err
+		}
+		res.Requeued = int(tag.RowsAffected())
+		if res.Requeued > 0 {
+			_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
+		}
+		return err
+	})
+	if err != nil {
+		return outbox.RequeueManyResult{}, wrapErr("requeue many", err)
+	}
+	return res, nil
+}
+
+// TopicStats implements outbox.Admin. It reads the whole messages table
+// (of the selected tenants): an operator's query, not one for a hot path.
+func (s *Store) TopicStats(ctx context.Context, p outbox.TopicStatsParams) ([]outbox.TopicStat, error) {
+	f := outbox.MessageFilter{Tenants: p.Tenants}
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	a := &adminsql.Args{Dollar: true}
+	w := adminsql.Filter(textFilter(f), "", a, tsOf)
+	r, err := s.db.Query(ctx, `SELECT topic, status, count(*), min(created_at) FROM `+s.messages+
+		adminsql.Where(w)+` GROUP BY topic, status ORDER BY topic`, a.Vals...)
+	if err != nil {
+		return nil, wrapErr("topic stats", err)
+	}
+	defer r.Close()
+	var out []outbox.TopicStat
+	for r.Next() {
+		var topic, status string
+		var n int64
+		var oldest time.Time
+		if err := r.Scan(&topic, &status, &n, &oldest); err != nil {
+			return nil, wrapErr("topic stats", err)
+		}
+		out = adminsql.AddStat(out, topic, outbox.Status(status), n, oldest.UTC())
+	}
+	if err := r.Err(); err != nil {
+		return nil, wrapErr("topic stats", err)
+	}
+	return out, nil
+}
+
+// PauseAdd implements outbox.Admin.
+func (s *Store) PauseAdd(ctx context.Context, p outbox.PauseAddParams) error {
+	if err := outbox.ValidatePause(p.Topic, p.Group, p.Tenant); err != nil {
+		return err
+	}
+	_, err := s.db.Exec(ctx, `INSERT INTO `+s.pauses+` (pause_topic, pause_grp, pause_tenant, created_at)
+		VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, text(p.Topic), text(p.Group), text(p.Tenant), s.at(p.Now))
+	return wrapErr("pause", err)
+}
+
+// PauseRemove implements outbox.Admin.
+func (s *Store) PauseRemove(ctx context.Context, p outbox.PauseRemoveParams) (bool, error) {
+	if err := outbox.ValidatePause(p.Topic, p.Group, p.Tenant); err != nil {
+		return false, err
+	}
+	tag, err := s.db.Exec(ctx, `WITH del AS (
+		DELETE FROM `+s.pauses+` WHERE pause_topic = $1 AND pause_grp = $2 AND pause_tenant = $3 RETURNING 1
+	) SELECT pg_notify($4, '') FROM del`, text(p.Topic), text(p.Group), text(p.Tenant), s.channel)
+	if err != nil {
+		return false, wrapErr("resume", err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// PauseList implements outbox.Admin.
+func (s *Store) PauseList(ctx context.Context, _ outbox.PauseListParams) ([]outbox.Pause, error) {
+	r, err := s.db.Query(ctx, `SELECT pause_topic, pause_grp, pause_tenant, created_at FROM `+s.pauses+
+		` ORDER BY pause_topic, pause_grp, pause_tenant`)
+	if err != nil {
+		return nil, wrapErr("pauses", err)
+	}
+	defer r.Close()
+	var out []outbox.Pause
+	for r.Next() {
+		var p outbox.Pause
+		if err := r.Scan(&p.Topic, &p.Group, &p.Tenant, &p.CreatedAt); err != nil {
+			return nil, wrapErr("pauses", err)
+		}
+		p.CreatedAt = p.CreatedAt.UTC()
+		out = append(out, p)
+	}
+	return out, wrapErr("pauses", r.Err())
+}
