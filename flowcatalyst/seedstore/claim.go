@@ -16,7 +16,7 @@ import (
 const MaxClaimLimit = 10000
 
 // MessageClaim leases up to p.Limit due rows: status PROCESSING,
-// processed_at = p.Now. It shares the limit between the tables (taking
+// processed_at = the database's NOW() (p.Now is not used). It shares the limit between the tables (taking
 // turns to start, so neither starves) and returns the rows ordered by
 // table, then created_at and id.
 func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
@@ -30,7 +30,6 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	if err != nil || len(tables) == 0 {
 		return nil, err
 	}
-	now := at(p.Now)
 	s.mu.Lock()
 	s.turn++
 	first := s.turn % len(tables)
@@ -44,7 +43,7 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 		if i < len(order)-1 {
 			limit = max(remaining/(len(order)-i), 1)
 		}
-		msgs, err := s.claim(ctx, t, limit, now, p.Owner)
+		msgs, err := s.claim(ctx, t, limit, p.Owner)
 		if err != nil {
 			if len(out) > 0 {
 				// Rows already claimed are committed: hand them out.
@@ -62,7 +61,7 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	// A second round gives what one table left unused to the other.
 	if remaining > 0 && len(order) > 1 && len(out) > 0 {
 		for _, t := range order {
-			msgs, err := s.claim(ctx, t, remaining, now, p.Owner)
+			msgs, err := s.claim(ctx, t, remaining, p.Owner)
 			if err != nil {
 				s.log.WarnContext(ctx, "seedstore: claim failed", "table", t.raw, "err", err)
 				break
@@ -86,28 +85,46 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	return out, nil
 }
 
-func (s *Store) claim(ctx context.Context, t *table, limit int, now time.Time, owner string) ([]outbox.Message, error) {
-	rows, err := s.db.QueryContext(ctx, t.sql.claim, now, limit)
+func (s *Store) claim(ctx context.Context, t *table, limit int, owner string) ([]outbox.Message, error) {
+	out, err := s.claimWith(ctx, t, t.sql.claim, owner, limit, min(limit, s.chunk), !s.unorderedNull)
+	if err != nil || !s.unorderedNull || len(out) >= limit {
+		return out, err
+	}
+	more, err := s.claimWith(ctx, t, t.sql.claimUnordered, owner, limit-len(out))
+	if err != nil {
+		if len(out) > 0 {
+			s.log.WarnContext(ctx, "seedstore: claim failed", "table", t.raw, "err", err)
+			return out, nil
+		}
+		return nil, err
+	}
+	return append(out, more...), nil
+}
+
+func (s *Store) claimWith(ctx context.Context, t *table, stmt, owner string, args ...any) ([]outbox.Message, error) {
+	rows, err := s.db.QueryContext(ctx, stmt, args...)
 	if err != nil {
 		return nil, fmt.Errorf("seedstore: claim %s: %w", t.raw, err)
 	}
 	defer rows.Close()
 	var out []outbox.Message
+	var claimed []time.Time
 	for rows.Next() {
 		var r row
 		if err := rows.Scan(r.dest()...); err != nil {
 			return nil, fmt.Errorf("seedstore: claim %s: %w", t.raw, err)
 		}
-		m := r.message(t.topic)
-		m.ClaimedAt, m.ClaimedBy, m.UpdatedAt = now, owner, now
+		m := s.message(&r, t.topic)
+		m.ClaimedBy = owner
 		out = append(out, m)
+		claimed = append(claimed, r.processedAt.Time)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("seedstore: claim %s: %w", t.raw, err)
 	}
 	s.mu.Lock()
-	for _, m := range out {
-		s.leases[leaseKey{t.topic, m.ID}] = lease{claimedAt: now, attempt: m.Attempts}
+	for i, m := range out {
+		s.leases[leaseKey{t.topic, m.ID}] = lease{claimedAt: claimed[i], attempt: m.Attempts}
 	}
 	s.mu.Unlock()
 	return out, nil
@@ -131,9 +148,10 @@ func (r *row) dest() []any {
 	return []any{&r.id, &r.typ, &r.group, &r.payload, &r.status, &r.retryCount, &r.createdAt, &r.processedAt, &r.errorMessage}
 }
 
-func (r *row) message(topic string) outbox.Message {
+// message maps r to an outbox.Message of topic.
+func (s *Store) message(r *row, topic string) outbox.Message {
 	m := outbox.Message{
-		ID: r.id, Topic: topic, Group: r.group.String, Payload: []byte(r.payload),
+		ID: r.id, Topic: topic, Group: s.groupOf(r.group), Payload: []byte(r.payload),
 		CreatedAt: r.createdAt.UTC(), UpdatedAt: r.createdAt.UTC(),
 	}
 	if id, err := flowcatalyst.ParseTSID(r.id); err == nil {

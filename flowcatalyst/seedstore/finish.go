@@ -44,13 +44,16 @@ func (s *Store) leaseOf(topic, id string) (*table, lease, bool) {
 // dispatch job may share an id.
 func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
 	now := at(p.Now)
+	// delay turns a due time on the caller's clock into a delay from the
+	// database's NOW(), in microseconds, so skewed clocks do not matter.
+	delay := func(t time.Time) int64 { return max(at(t).Sub(now), 0).Microseconds() }
 	type batch struct {
 		ids     []string
 		claimed []time.Time
-		next    []time.Time
+		next    []int64
 		retry   []int
 		msgs    []string
-		deferTo []*time.Time
+		deferTo []*int64
 	}
 	type perTable struct{ sent, retry, dead, released batch }
 	work := map[*table]*perTable{}
@@ -87,7 +90,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		}
 		b := &get(t).retry
 		b.ids, b.claimed = append(b.ids, o.ID), append(b.claimed, c)
-		b.next = append(b.next, at(o.NextAttemptAt))
+		b.next = append(b.next, delay(o.NextAttemptAt))
 		b.retry = append(b.retry, o.Attempt)
 		b.msgs = append(b.msgs, errorText(o.Error))
 	}
@@ -111,9 +114,9 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		b.ids, b.claimed = append(b.ids, o.ID), append(b.claimed, c)
 		// A deferral (quota, throttle) keeps the row PENDING until then; a
 		// plain release makes it due at once (processed_at NULL).
-		var next *time.Time
+		var next *int64
 		if !o.NextAttemptAt.IsZero() {
-			n := at(o.NextAttemptAt)
+			n := delay(o.NextAttemptAt)
 			next = &n
 		}
 		b.deferTo = append(b.deferTo, next)
@@ -160,9 +163,9 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 			continue
 		}
 		for _, step := range []func() error{
-			func() error { return exec(t.sql.finishSent, w.sent, now) },
+			func() error { return exec(t.sql.finishSent, w.sent) },
 			func() error { return exec(t.sql.finishRetry, w.retry, w.retry.next, w.retry.retry, w.retry.msgs) },
-			func() error { return exec(t.sql.finishDead, w.dead, now, w.dead.msgs) },
+			func() error { return exec(t.sql.finishDead, w.dead, w.dead.msgs) },
 			func() error { return exec(t.sql.finishRelease, w.released, w.released.deferTo) },
 		} {
 			if err := step(); err != nil {
@@ -182,20 +185,22 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	return res, nil
 }
 
-// MessageRecover puts back to PENDING every PROCESSING row whose
-// processed_at is before p.ClaimedBefore (its processor died or stalled),
-// counting the lost attempt in retry_count, or marks it FAILED when that was
-// its last attempt (p.MaxAttempts, which must be positive).
+// MessageRecover puts back to PENDING every PROCESSING row claimed longer
+// than p.Now - p.ClaimedBefore ago by the database's clock (its processor
+// died or stalled). As in the seed, a recovered row keeps its retry_count
+// ("no lost messages, just delayed"); with Options.RecoveryCountsAttempt the
+// lost attempt is counted and a row that used its last attempt
+// (p.MaxAttempts, which must be positive) is marked FAILED.
 func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
 	if p.MaxAttempts < 1 {
 		return outbox.RecoverResult{}, outbox.InvalidParam("MaxAttempts", "must be positive")
 	}
 	before := at(p.ClaimedBefore)
-	now := at(p.Now)
+	timeout := max(at(p.Now).Sub(before), 0).Microseconds()
 	var res outbox.RecoverResult
 	for _, t := range s.tables {
-		rows, err := s.db.QueryContext(ctx, t.sql.recover, before, p.MaxAttempts, now,
-			errorText(outbox.ErrorInfo{Code: "lease_expired", Message: "the processor did not finish the attempt in time"}))
+		rows, err := s.db.QueryContext(ctx, t.sql.recover, timeout, p.MaxAttempts,
+			errorText(outbox.ErrorInfo{Code: "lease_expired", Message: "the processor did not finish the attempt in time"}), s.recoveryCounts)
 		if err != nil {
 			return res, fmt.Errorf("seedstore: recover %s: %w", t.raw, err)
 		}

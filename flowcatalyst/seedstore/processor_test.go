@@ -255,8 +255,8 @@ func TestProcessorRecoversStuckRow(t *testing.T) {
 	waitFor(t, "the stuck row recovered and COMPLETED", 20*time.Second, func() bool {
 		return b.row(t, "EVENT", id).Status == "COMPLETED" && b.row(t, "EVENT", next).Status == "COMPLETED"
 	})
-	if r := b.row(t, "EVENT", id); r.RetryCount != 1 {
-		t.Errorf("recovered row %+v, want retry_count 1 (the lost attempt counts)", r)
+	if r := b.row(t, "EVENT", id); r.RetryCount != 0 {
+		t.Errorf("recovered row %+v, want retry_count 0 (recovery delays, it does not count an attempt)", r)
 	}
 	checkFIFO(t, srv.Items(flowcatalyst.CurrentAPI.EventsPath), map[string]int{"G": 2})
 }

@@ -33,7 +33,7 @@ func (s *Store) MessageGet(ctx context.Context, p outbox.MessageGetParams) (outb
 			return outbox.Message{}, fmt.Errorf("seedstore: get: %w", err)
 		}
 		if found {
-			return r.message(t.topic), nil
+			return s.message(&r, t.topic), nil
 		}
 	}
 	return outbox.Message{}, outbox.ErrNotFound
@@ -78,7 +78,7 @@ func (s *Store) MessageList(ctx context.Context, p outbox.MessageListParams) (ou
 				rows.Close()
 				return outbox.MessagePage{}, fmt.Errorf("seedstore: list: %w", err)
 			}
-			all = append(all, r.message(t.topic))
+			all = append(all, s.message(&r, t.topic))
 		}
 		err = rows.Err()
 		rows.Close()
@@ -132,7 +132,7 @@ func (s *Store) MessageCount(ctx context.Context, p outbox.MessageCountParams) (
 				return nil, fmt.Errorf("seedstore: count: %w", err)
 			}
 			r := row{status: st}
-			out[r.message(t.topic).Status] += n
+			out[s.message(&r, t.topic).Status] += n
 		}
 		err = rows.Err()
 		rows.Close()

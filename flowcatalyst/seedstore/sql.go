@@ -3,74 +3,152 @@ package seedstore
 import "strings"
 
 type statements struct {
-	claim                                              string
+	claim, claimUnordered                              string
 	finishSent, finishRetry, finishDead, finishRelease string
 	recover, get, list, count, requeue, prune          string
 }
 
+// dbNow is the database's clock as the seed's TIMESTAMP columns hold it
+// (UTC).
+const dbNow = `(now() AT TIME ZONE 'UTC')`
+
 // buildStatements returns the statements for table t (already quoted).
 func buildStatements(t string) statements {
 	q := func(s string) string {
-		return strings.NewReplacer("{T}", t, "{COLS}", columns).Replace(s)
+		return strings.NewReplacer("{T}", t, "{COLS}", columns, "{NOW}", dbNow).Replace(s)
 	}
 	mcols := "m." + strings.ReplaceAll(columns, ", ", ", m.")
 	return statements{
-		// cand: due PENDING rows, oldest first, whose group has no earlier
-		// row in flight or waiting for a retry, row-locked (rows another
-		// claimer holds are skipped). valid: a row of a group is kept only
-		// if every earlier unfinished row of its group is in cand too, so a
-		// row is never claimed while an earlier one is held by a concurrent
-		// claim, skipped by SKIP LOCKED, or cut by the limit.
-		claim: q(`WITH cand AS MATERIALIZED (
-	SELECT t.id, t.message_group, t.created_at FROM {T} t
-	WHERE t.status = 'PENDING' AND (t.processed_at IS NULL OR t.processed_at <= $1::timestamp)
-		AND (coalesce(t.message_group, '') = '' OR NOT EXISTS (
-			SELECT 1 FROM {T} b
-			WHERE b.message_group = t.message_group
-				AND (b.created_at, b.id) < (t.created_at, t.id)
-				AND (b.status = 'PROCESSING' OR (b.status = 'PENDING' AND b.processed_at > $1::timestamp))))
-	ORDER BY t.created_at, t.id
-	LIMIT $2
-	FOR UPDATE OF t SKIP LOCKED
+		// The claim reads only through the seed's index (status,
+		// message_group, created_at), by construction, so its plan does not
+		// depend on statistics (a fresh table has none until ANALYZE):
+		//   grp:   the groups with PENDING rows, one index probe each (a
+		//          loose index scan);
+		//   heads: per group, its first PENDING row, kept when due and no
+		//          row of the group is PROCESSING; avail counts up to $2
+		//          PENDING rows of the group;
+		//   pick:  the groups with the oldest heads, until $1 rows;
+		//   cand:  up to $2 PENDING rows per picked group, in order,
+		//          row-locked (rows another claimer holds are skipped);
+		//   kept:  a group's rows up to its first row not yet due;
+		//   valid: a group's kept rows only when they are exactly its
+		//          unfinished rows up to the last of them (nothing earlier
+		//          is held by another claimer, skipped or PROCESSING).
+		// $3: whether NULL message_group rows form a group of their own.
+		claim: q(`WITH RECURSIVE grp(g) AS (
+	(SELECT message_group FROM {T} WHERE status = 'PENDING' AND message_group IS NOT NULL ORDER BY message_group LIMIT 1)
+	UNION ALL
+	SELECT (SELECT t.message_group FROM {T} t WHERE t.status = 'PENDING' AND t.message_group > grp.g ORDER BY t.message_group LIMIT 1)
+	FROM grp WHERE grp.g IS NOT NULL
+), heads AS (
+	SELECT grp.g, false AS nullg, h.created_at, h.id,
+		(SELECT count(*) FROM (SELECT 1 FROM {T} a WHERE a.status = 'PENDING' AND a.message_group = grp.g LIMIT $2) x) AS avail
+	FROM grp CROSS JOIN LATERAL (
+		SELECT t.created_at, t.id, t.processed_at FROM {T} t
+		WHERE t.status = 'PENDING' AND t.message_group = grp.g
+		ORDER BY t.created_at, t.id LIMIT 1) h
+	WHERE grp.g IS NOT NULL AND (h.processed_at IS NULL OR h.processed_at <= {NOW})
+		AND NOT EXISTS (SELECT 1 FROM {T} b WHERE b.status = 'PROCESSING' AND b.message_group = grp.g)
+	UNION ALL
+	SELECT NULL, true, h.created_at, h.id,
+		(SELECT count(*) FROM (SELECT 1 FROM {T} a WHERE a.status = 'PENDING' AND a.message_group IS NULL LIMIT $2) x)
+	FROM (SELECT t.created_at, t.id, t.processed_at FROM {T} t
+		WHERE $3::boolean AND t.status = 'PENDING' AND t.message_group IS NULL
+		ORDER BY t.created_at, t.id LIMIT 1) h
+	WHERE (h.processed_at IS NULL OR h.processed_at <= {NOW})
+		AND NOT EXISTS (SELECT 1 FROM {T} b WHERE b.status = 'PROCESSING' AND b.message_group IS NULL)
+), pick AS (
+	SELECT g, nullg FROM (
+		SELECT g, nullg, coalesce(sum(avail) OVER (ORDER BY created_at, id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+		FROM heads) p
+	WHERE before < $1
+), cand AS MATERIALIZED (
+	SELECT r.id, r.message_group, r.created_at, r.processed_at FROM pick CROSS JOIN LATERAL (
+		SELECT t.id, t.message_group, t.created_at, t.processed_at FROM {T} t
+		WHERE t.status = 'PENDING' AND t.message_group = pick.g
+		ORDER BY t.created_at, t.id LIMIT $2
+		FOR UPDATE SKIP LOCKED) r
+	WHERE NOT pick.nullg
+	UNION ALL
+	SELECT r.id, r.message_group, r.created_at, r.processed_at FROM (
+		SELECT t.id, t.message_group, t.created_at, t.processed_at FROM {T} t
+		WHERE t.status = 'PENDING' AND t.message_group IS NULL
+		ORDER BY t.created_at, t.id LIMIT $2
+		FOR UPDATE SKIP LOCKED) r
+	WHERE EXISTS (SELECT 1 FROM pick WHERE pick.nullg)
+), kept AS (
+	SELECT id, message_group, created_at FROM (
+		SELECT c.*, bool_and(c.processed_at IS NULL OR c.processed_at <= {NOW})
+			OVER (PARTITION BY c.message_group ORDER BY c.created_at, c.id) AS ok
+		FROM cand c) d
+	WHERE ok
+), last AS (
+	SELECT message_group AS g, count(*) AS n,
+		(array_agg(created_at ORDER BY created_at DESC, id DESC))[1] AS lc,
+		(array_agg(id ORDER BY created_at DESC, id DESC))[1] AS lid
+	FROM kept GROUP BY message_group
 ), valid AS (
-	SELECT c.id FROM cand c
-	WHERE coalesce(c.message_group, '') = '' OR NOT EXISTS (
-		SELECT 1 FROM {T} b
-		WHERE b.message_group = c.message_group
-			AND (b.created_at, b.id) < (c.created_at, c.id)
-			AND b.status IN ('PENDING', 'PROCESSING')
-			AND NOT EXISTS (SELECT 1 FROM cand c2 WHERE c2.id = b.id))
+	SELECT k.id, k.created_at FROM kept k JOIN last l ON l.g IS NOT DISTINCT FROM k.message_group
+	WHERE l.n = CASE WHEN l.g IS NULL THEN
+		(SELECT count(*) FROM {T} b WHERE b.status IN ('PENDING', 'PROCESSING') AND b.message_group IS NULL
+			AND b.created_at <= l.lc AND (b.created_at, b.id) <= (l.lc, l.lid))
+	ELSE
+		(SELECT count(*) FROM {T} b WHERE b.status IN ('PENDING', 'PROCESSING') AND b.message_group = l.g
+			AND b.created_at <= l.lc AND (b.created_at, b.id) <= (l.lc, l.lid))
+	END
+	ORDER BY k.created_at, k.id
+	LIMIT $1
 ), upd AS (
-	UPDATE {T} m SET status = 'PROCESSING', processed_at = $1::timestamp
+	UPDATE {T} m SET status = 'PROCESSING', processed_at = {NOW}
 	FROM valid v
-	WHERE m.id = v.id AND m.status = 'PENDING'
+	WHERE m.id = v.id -- row-locked by cand, so still PENDING
+	RETURNING ` + mcols + `
+)
+SELECT {COLS} FROM upd ORDER BY created_at, id`),
+		// claimUnordered claims NULL-group rows without FIFO (the option
+		// UnorderedNullGroup).
+		claimUnordered: q(`WITH cand AS MATERIALIZED (
+	SELECT t.id FROM {T} t
+	WHERE t.status = 'PENDING' AND t.message_group IS NULL AND (t.processed_at IS NULL OR t.processed_at <= {NOW})
+	ORDER BY t.created_at, t.id
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+), upd AS (
+	UPDATE {T} m SET status = 'PROCESSING', processed_at = {NOW}
+	FROM cand c
+	WHERE m.id = c.id -- row-locked by cand, so still PENDING
 	RETURNING ` + mcols + `
 )
 SELECT {COLS} FROM upd ORDER BY created_at, id`),
 
-		finishSent: q(`UPDATE {T} m SET status = 'COMPLETED', processed_at = $3::timestamp, error_message = NULL
+		// Outcomes and recovery use the database's clock ({NOW}), as the
+		// seed does, so processors on hosts with skewed clocks agree.
+		finishSent: q(`UPDATE {T} m SET status = 'COMPLETED', processed_at = {NOW}, error_message = NULL
 FROM unnest($1::text[], $2::timestamp[]) AS x(id, claimed)
 WHERE m.id = x.id AND m.status = 'PROCESSING' AND m.processed_at = x.claimed
 RETURNING m.id`),
-		finishRetry: q(`UPDATE {T} m SET status = 'PENDING', processed_at = x.next, retry_count = x.rc, error_message = x.msg
-FROM unnest($1::text[], $2::timestamp[], $3::timestamp[], $4::int[], $5::text[]) AS x(id, claimed, next, rc, msg)
+		finishRetry: q(`UPDATE {T} m SET status = 'PENDING', processed_at = {NOW} + x.delay * interval '1 microsecond', retry_count = x.rc, error_message = x.msg
+FROM unnest($1::text[], $2::timestamp[], $3::bigint[], $4::int[], $5::text[]) AS x(id, claimed, delay, rc, msg)
 WHERE m.id = x.id AND m.status = 'PROCESSING' AND m.processed_at = x.claimed
 RETURNING m.id`),
-		finishDead: q(`UPDATE {T} m SET status = 'FAILED', processed_at = $3::timestamp, error_message = x.msg
-FROM unnest($1::text[], $2::timestamp[], $4::text[]) AS x(id, claimed, msg)
+		finishDead: q(`UPDATE {T} m SET status = 'FAILED', processed_at = {NOW}, error_message = x.msg
+FROM unnest($1::text[], $2::timestamp[], $3::text[]) AS x(id, claimed, msg)
 WHERE m.id = x.id AND m.status = 'PROCESSING' AND m.processed_at = x.claimed
 RETURNING m.id`),
-		finishRelease: q(`UPDATE {T} m SET status = 'PENDING', processed_at = x.next
-FROM unnest($1::text[], $2::timestamp[], $3::timestamp[]) AS x(id, claimed, next)
+		finishRelease: q(`UPDATE {T} m SET status = 'PENDING', processed_at = {NOW} + x.delay * interval '1 microsecond'
+FROM unnest($1::text[], $2::timestamp[], $3::bigint[]) AS x(id, claimed, delay)
 WHERE m.id = x.id AND m.status = 'PROCESSING' AND m.processed_at = x.claimed
 RETURNING m.id`),
 
+		// recover: $1 the processing timeout in microseconds, $2 the most
+		// attempts, $3 the error of a row that used its last one, $4
+		// whether a recovered lease counts as an attempt.
 		recover: q(`UPDATE {T} SET
-	status = CASE WHEN retry_count + 1 >= $2::int THEN 'FAILED' ELSE 'PENDING' END,
-	retry_count = CASE WHEN retry_count + 1 >= $2::int THEN retry_count ELSE retry_count + 1 END,
-	processed_at = CASE WHEN retry_count + 1 >= $2::int THEN $3::timestamp ELSE NULL END,
-	error_message = CASE WHEN retry_count + 1 >= $2::int THEN $4::text ELSE error_message END
-WHERE status = 'PROCESSING' AND (processed_at IS NULL OR processed_at < $1::timestamp)
+	status = CASE WHEN $4::boolean AND retry_count + 1 >= $2::int THEN 'FAILED' ELSE 'PENDING' END,
+	retry_count = CASE WHEN $4::boolean AND retry_count + 1 < $2::int THEN retry_count + 1 ELSE retry_count END,
+	processed_at = CASE WHEN $4::boolean AND retry_count + 1 >= $2::int THEN {NOW} ELSE NULL END,
+	error_message = CASE WHEN $4::boolean AND retry_count + 1 >= $2::int THEN $3::text ELSE error_message END
+WHERE status = 'PROCESSING' AND (processed_at IS NULL OR processed_at < {NOW} - $1::bigint * interval '1 microsecond')
 RETURNING id, status`),
 
 		get: q(`SELECT {COLS} FROM {T} WHERE id = $1`),

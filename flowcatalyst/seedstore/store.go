@@ -7,7 +7,7 @@
 //	CREATE TABLE outbox_events (
 //	    id VARCHAR(13) PRIMARY KEY,       -- a TSID
 //	    type VARCHAR(20) NOT NULL,        -- EVENT or DISPATCH_JOB
-//	    message_group VARCHAR(255),       -- FIFO key, NULL = unordered
+//	    message_group VARCHAR(255),       -- FIFO key, NULL = the group "default"
 //	    payload TEXT NOT NULL,            -- the JSON item
 //	    status VARCHAR(20) NOT NULL,      -- PENDING, PROCESSING, COMPLETED, FAILED
 //	    retry_count INT NOT NULL DEFAULT 0,
@@ -20,22 +20,27 @@
 //
 // The table decides the topic: rows of the events table are messages of
 // topic flowcatalyst.TopicEvent, rows of the dispatch-jobs table of
-// flowcatalyst.TopicDispatchJob. message_group is the group (NULL or ”
-// means unordered), payload the Payload (sent verbatim; a payload that is
+// flowcatalyst.TopicDispatchJob. message_group is the group (NULL is the
+// group "default", as in the seed; Options.UnorderedNullGroup sends NULL
+// rows unordered instead), payload the Payload (sent verbatim; a payload that is
 // not JSON fails permanently), created_at the CreatedAt and the order of a
 // group (ties broken by id), COMPLETED is outbox's SENT. Every message has
 // tenant "". Attempts is retry_count + 1 while a row is PROCESSING.
 //
 // The seed's columns are used as the seed uses them, plus one convention:
 //
+//   - processed_at is written from the database's clock (NOW(), in UTC), as
+//     in the seed, so processors on hosts with skewed clocks agree;
 //   - processed_at of a PROCESSING row is the claim time (the lease); of a
 //     COMPLETED or FAILED row the time it finished, as in the seed;
 //   - processed_at of a PENDING row, when set, is the time it may be retried
-//     (the backoff); applications insert rows with processed_at NULL (due at
-//     once). A seed processor running alongside simply ignores the delay;
-//   - retry_count counts failed attempts (a retry and a recovered lease add
-//     one; a dead letter leaves it, as in the seed); error_message holds the
-//     last error as "code: message".
+//     (the backoff; the seed's tables have no next-attempt column);
+//     applications insert rows with processed_at NULL (due at once). A seed
+//     processor running alongside simply ignores the delay;
+//   - retry_count counts failed attempts (a retry adds one; a dead letter
+//     leaves it, as in the seed; a recovered lease does not, as in the seed,
+//     unless Options.RecoveryCountsAttempt); error_message holds the last
+//     error as "code: message".
 //
 // # FIFO
 //
@@ -43,7 +48,16 @@
 // a row is claimed only when every earlier unfinished row of its group
 // (PENDING, including one waiting for a retry, or PROCESSING) is claimed in
 // the same statement. Claims use FOR UPDATE SKIP LOCKED, so claimers never
-// wait for each other.
+// wait for each other. The claim finds each group's head through the seed's
+// index, one probe per group, so its cost follows the rows it claims and
+// the number of groups, whatever the table's statistics.
+//
+// # Ids
+//
+// Ids are unique per table, as in the seed: an event and a dispatch job may
+// share one. Outcomes are matched to claims by (table, id). MessageGet,
+// MessageRequeue and AttemptList, which take an id alone, look in the
+// events table first.
 //
 // # Limits
 //
@@ -103,7 +117,26 @@ type Options struct {
 	DispatchJobsTable string
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+
+	// UnorderedNullGroup sends rows whose message_group is NULL without
+	// FIFO, in parallel. By default they form one FIFO group, reported as
+	// Group "default", as in the seed (messageGroup ?? "default").
+	UnorderedNullGroup bool
+	// RecoveryCountsAttempt makes recovery of a stuck PROCESSING row count
+	// the lost attempt in retry_count, and mark the row FAILED when that
+	// was its last one (a row that crashes its processor then stops being
+	// retried). By default recovery leaves retry_count alone, as in the
+	// seed: "no lost messages, just delayed".
+	RecoveryCountsAttempt bool
+	// MaxClaimPerGroup is the most rows of one group claimed at once;
+	// default 100 (the seed's api-batch-size). Set it to the publisher's
+	// batch size.
+	MaxClaimPerGroup int
 }
+
+// DefaultNullGroup is the group of rows whose message_group is NULL, as in
+// the seed.
+const DefaultNullGroup = "default"
 
 type table struct {
 	topic string
@@ -118,6 +151,10 @@ type Store struct {
 	db     DB
 	tables []*table // events, dispatch jobs
 	log    *slog.Logger
+
+	unorderedNull  bool
+	recoveryCounts bool
+	chunk          int
 
 	mu     sync.Mutex
 	leases map[leaseKey]lease
@@ -162,7 +199,14 @@ func New(db DB, opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{db: db, log: opts.Logger, leases: map[leaseKey]lease{}}
+	if opts.MaxClaimPerGroup < 0 || opts.MaxClaimPerGroup > MaxClaimLimit {
+		return nil, outbox.InvalidParam("Options.MaxClaimPerGroup", fmt.Sprintf("must be between 0 (default) and %d", MaxClaimLimit))
+	}
+	if opts.MaxClaimPerGroup == 0 {
+		opts.MaxClaimPerGroup = 100
+	}
+	s := &Store{db: db, log: opts.Logger, leases: map[leaseKey]lease{},
+		unorderedNull: opts.UnorderedNullGroup, recoveryCounts: opts.RecoveryCountsAttempt, chunk: opts.MaxClaimPerGroup}
 	for _, t := range []struct{ topic, name, field string }{
 		{flowcatalyst.TopicEvent, opts.EventsTable, "Options.EventsTable"},
 		{flowcatalyst.TopicDispatchJob, opts.DispatchJobsTable, "Options.DispatchJobsTable"},
@@ -245,4 +289,12 @@ func at(t time.Time) time.Time {
 		t = time.Now()
 	}
 	return t.UTC().Truncate(time.Microsecond)
+}
+
+// groupOf maps message_group to the message's Group.
+func (s *Store) groupOf(g sql.NullString) string {
+	if !g.Valid && !s.unorderedNull {
+		return DefaultNullGroup
+	}
+	return g.String
 }

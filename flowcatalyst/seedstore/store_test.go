@@ -17,6 +17,29 @@ import (
 
 var t0 = time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 
+// dbNow is the database's clock, as the store writes processed_at.
+func (b *bundle) dbNow(t *testing.T) time.Time {
+	t.Helper()
+	var now time.Time
+	if err := b.db.QueryRow(`SELECT now() AT TIME ZONE 'UTC'`).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+// near reports whether got is within a minute of want (the database's clock
+// moves while a test runs).
+func near(got, want time.Time) bool {
+	d := got.Sub(want)
+	return d > -time.Minute && d < time.Minute
+}
+
+// makeDue makes a PENDING row waiting for a retry due now.
+func (b *bundle) makeDue(t *testing.T, topic, id string) {
+	t.Helper()
+	b.exec(t, `UPDATE `+b.table(topic)+` SET processed_at = now() AT TIME ZONE 'UTC' - interval '1 second' WHERE id = $1 AND status = 'PENDING'`, id)
+}
+
 func ids(msgs []outbox.Message) []string {
 	out := make([]string, len(msgs))
 	for i, m := range msgs {
@@ -46,14 +69,16 @@ func TestClaimMapsRows(t *testing.T) {
 	}
 	e, j := msgs[0], msgs[1]
 	if e.ID != ev || e.Topic != flowcatalyst.TopicEvent || e.Group != "order-1" || string(e.Payload) != `{"type":"order.created"}` ||
-		e.Status != outbox.StatusProcessing || e.Attempts != 1 || !e.CreatedAt.Equal(t0) || !e.ClaimedAt.Equal(now) || e.Seq == 0 {
+		e.Status != outbox.StatusProcessing || e.Attempts != 1 || !e.CreatedAt.Equal(t0) || !near(e.ClaimedAt, b.dbNow(t)) || e.Seq == 0 {
 		t.Errorf("event message %+v", e)
 	}
-	if j.ID != job || j.Topic != flowcatalyst.TopicDispatchJob || j.Group != "" {
+	// A NULL message_group is the group "default", as in the seed.
+	if j.ID != job || j.Topic != flowcatalyst.TopicDispatchJob || j.Group != "default" {
 		t.Errorf("job message %+v", j)
 	}
 	r := b.row(t, flowcatalyst.TopicEvent, ev)
-	if r.Status != "PROCESSING" || !r.ProcessedAt.Time.Equal(now) {
+	// processed_at is the database's NOW(), and the message's ClaimedAt.
+	if r.Status != "PROCESSING" || !r.ProcessedAt.Time.Equal(e.ClaimedAt) {
 		t.Errorf("row after claim %+v", r)
 	}
 	if again := claim(t, b.store, 10, now); len(again) != 0 {
@@ -79,12 +104,13 @@ func TestClaimKeepsFIFOPerGroup(t *testing.T) {
 		t.Fatalf("claimed %v, want [b1 u1 j1] (group A blocked by its PROCESSING head)", got)
 	}
 	// a1 waits for a retry (PENDING, due later): A is still blocked.
-	b.exec(t, `UPDATE `+b.table("EVENT")+` SET status = 'PENDING', processed_at = $2 WHERE id = $1`, a1, now.Add(time.Minute))
+	b.exec(t, `UPDATE `+b.table("EVENT")+` SET status = 'PENDING', processed_at = now() AT TIME ZONE 'UTC' + interval '1 minute' WHERE id = $1`, a1)
 	if got := claim(t, b.store, 10, now); len(got) != 0 {
 		t.Fatalf("claimed %v while group A's head waits for its retry", ids(got))
 	}
 	// Due: the whole group comes in order.
-	if got := ids(claim(t, b.store, 10, now.Add(time.Minute))); !slices.Equal(got, []string{a1, a2, a3}) {
+	b.makeDue(t, "EVENT", a1)
+	if got := ids(claim(t, b.store, 10, now)); !slices.Equal(got, []string{a1, a2, a3}) {
 		t.Fatalf("claimed %v, want [a1 a2 a3]", got)
 	}
 }
@@ -206,14 +232,17 @@ func TestFinishOutcomes(t *testing.T) {
 		t.Helper()
 		r := b.row(t, topic, id)
 		if r.Status != status || r.RetryCount != retries || r.Error.String != errMsg ||
-			r.ProcessedAt.Valid != !processedAt.IsZero() || (r.ProcessedAt.Valid && !r.ProcessedAt.Time.Equal(processedAt)) {
+			r.ProcessedAt.Valid != !processedAt.IsZero() || (r.ProcessedAt.Valid && !near(r.ProcessedAt.Time, processedAt)) {
 			t.Errorf("row %s = %+v, want %s retries=%d processed_at=%s error=%q", id, r, status, retries, processedAt, errMsg)
 		}
 	}
-	check("EVENT", sent, "COMPLETED", 0, now.Add(time.Second), "")
-	check("EVENT", retry, "PENDING", 1, next, "http_503: POST /api/events/batch: HTTP 503")
+	// processed_at is the database's NOW(); a retry is due after the
+	// backoff (NextAttemptAt - Now) by the database's clock.
+	db := b.dbNow(t)
+	check("EVENT", sent, "COMPLETED", 0, db, "")
+	check("EVENT", retry, "PENDING", 1, db.Add(next.Sub(now.Add(time.Second))), "http_503: POST /api/events/batch: HTTP 503")
 	check("EVENT", retryNext, "PENDING", 0, time.Time{}, "")
-	check("DISPATCH_JOB", dead, "FAILED", 0, now.Add(time.Second), "BAD_REQUEST: item BAD_REQUEST: no source")
+	check("DISPATCH_JOB", dead, "FAILED", 0, db, "BAD_REQUEST: item BAD_REQUEST: no source")
 	check("DISPATCH_JOB", rel, "PENDING", 0, time.Time{}, "")
 
 	// The retry blocks its group until due; then it comes back as attempt 2
@@ -221,6 +250,7 @@ func TestFinishOutcomes(t *testing.T) {
 	if got := ids(claim(t, b.store, 10, now.Add(time.Minute))); !slices.Equal(got, []string{rel}) {
 		t.Fatalf("claimed %v before the retry was due, want only the released job", got)
 	}
+	b.makeDue(t, "EVENT", retry)
 	got := claim(t, b.store, 10, next)
 	if !slices.Equal(ids(got), []string{retry, retryNext}) || got[0].Attempts != 2 {
 		t.Fatalf("claimed %v (attempts %d), want [retry retryNext] with attempt 2", ids(got), got[0].Attempts)
@@ -249,7 +279,8 @@ func TestFinishIsFencedByTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	reclaimed := claim(t, other, 1, now.Add(2*time.Minute))
-	if len(reclaimed) != 1 || reclaimed[0].Attempts != 2 {
+	// As in the seed, recovery does not count an attempt.
+	if len(reclaimed) != 1 || reclaimed[0].Attempts != 1 {
 		t.Fatalf("reclaimed %+v", reclaimed)
 	}
 	// The first processor's late outcome is refused.
@@ -260,7 +291,7 @@ func TestFinishIsFencedByTheLease(t *testing.T) {
 	if r := b.row(t, "EVENT", id); r.Status != "PROCESSING" {
 		t.Fatalf("row %+v changed by a lost lease", r)
 	}
-	res, err = other.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p2", Now: now, Sent: []outbox.SentOutcome{{ID: id, Attempt: 2}}})
+	res, err = other.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p2", Now: now, Sent: []outbox.SentOutcome{{ID: id, Attempt: 1}}})
 	if err != nil || len(res.LeaseLost) != 0 || b.row(t, "EVENT", id).Status != "COMPLETED" {
 		t.Fatalf("finish by the lease holder: %v, lost %v", err, res.LeaseLost)
 	}
@@ -268,30 +299,52 @@ func TestFinishIsFencedByTheLease(t *testing.T) {
 
 func TestRecover(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	stuck := b.insert(t, "EVENT", "G", `{}`, t0)
-	last := b.insert(t, "DISPATCH_JOB", "", `{}`, t0)
-	fresh := b.insert(t, "EVENT", "", `{}`, t0)
-	now := t0.Add(time.Hour)
-	// Stuck rows, as a crashed seed processor leaves them.
-	b.exec(t, `UPDATE `+b.table("EVENT")+` SET status = 'PROCESSING', processed_at = $2 WHERE id = $1`, stuck, now.Add(-10*time.Minute))
-	b.exec(t, `UPDATE `+b.table("DISPATCH_JOB")+` SET status = 'PROCESSING', retry_count = 3, processed_at = $2 WHERE id = $1`, last, now.Add(-10*time.Minute))
-	b.exec(t, `UPDATE `+b.table("EVENT")+` SET status = 'PROCESSING', processed_at = $2 WHERE id = $1`, fresh, now.Add(-time.Minute))
-	res, err := b.store.MessageRecover(context.Background(), outbox.MessageRecoverParams{ClaimedBefore: now.Add(-5 * time.Minute), Now: now, MaxAttempts: 4})
-	if err != nil || res.Recovered != 1 || res.DeadLettered != 1 {
-		t.Fatalf("recover: %+v, %v", res, err)
-	}
-	if r := b.row(t, "EVENT", stuck); r.Status != "PENDING" || r.RetryCount != 1 || r.ProcessedAt.Valid {
-		t.Errorf("stuck row %+v, want PENDING, retry_count 1, processed_at NULL", r)
-	}
-	if r := b.row(t, "DISPATCH_JOB", last); r.Status != "FAILED" || !strings.HasPrefix(r.Error.String, "lease_expired: ") {
-		t.Errorf("row on its last attempt %+v, want FAILED lease_expired", r)
-	}
-	if r := b.row(t, "EVENT", fresh); r.Status != "PROCESSING" {
-		t.Errorf("row within its lease %+v was recovered", r)
-	}
-	if _, err := b.store.MessageRecover(context.Background(), outbox.MessageRecoverParams{ClaimedBefore: now}); !errors.Is(err, outbox.ErrInvalidInput) {
-		t.Errorf("MaxAttempts 0: %v, want ErrInvalidInput", err)
+	for _, counts := range []bool{false, true} {
+		t.Run(fmt.Sprint("RecoveryCountsAttempt=", counts), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			st, err := seedstore.New(b.db, seedstore.Options{EventsTable: b.opts.EventsTable, DispatchJobsTable: b.opts.DispatchJobsTable, RecoveryCountsAttempt: counts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stuck := b.insert(t, "EVENT", "G", `{}`, t0)
+			last := b.insert(t, "DISPATCH_JOB", "", `{}`, t0)
+			fresh := b.insert(t, "EVENT", "", `{}`, t0)
+			// Stuck rows, as a crashed seed processor leaves them (by the
+			// database's clock).
+			set := `UPDATE %s SET status = 'PROCESSING', retry_count = $2, processed_at = now() AT TIME ZONE 'UTC' - $3::interval WHERE id = $1`
+			b.exec(t, fmt.Sprintf(set, b.table("EVENT")), stuck, 0, "10 minutes")
+			b.exec(t, fmt.Sprintf(set, b.table("DISPATCH_JOB")), last, 3, "10 minutes")
+			b.exec(t, fmt.Sprintf(set, b.table("EVENT")), fresh, 0, "1 minute")
+			// The caller's clock is far off: only the timeout (Now -
+			// ClaimedBefore) matters.
+			now := time.Now().Add(24 * time.Hour)
+			res, err := st.MessageRecover(context.Background(), outbox.MessageRecoverParams{ClaimedBefore: now.Add(-5 * time.Minute), Now: now, MaxAttempts: 4})
+			want := outbox.RecoverResult{Recovered: 2}
+			if counts {
+				want = outbox.RecoverResult{Recovered: 1, DeadLettered: 1}
+			}
+			if err != nil || res != want {
+				t.Fatalf("recover: %+v, %v, want %+v", res, err, want)
+			}
+			r := b.row(t, "EVENT", stuck)
+			if r.Status != "PENDING" || r.ProcessedAt.Valid || (r.RetryCount == 1) != counts {
+				t.Errorf("stuck row %+v, want PENDING, processed_at NULL, retry_count counted: %v", r, counts)
+			}
+			r = b.row(t, "DISPATCH_JOB", last)
+			if counts && (r.Status != "FAILED" || !strings.HasPrefix(r.Error.String, "lease_expired: ")) {
+				t.Errorf("row on its last attempt %+v, want FAILED lease_expired", r)
+			}
+			if !counts && (r.Status != "PENDING" || r.RetryCount != 3) {
+				t.Errorf("row on its last attempt %+v, want PENDING with retry_count 3 (no lost messages, just delayed)", r)
+			}
+			if r := b.row(t, "EVENT", fresh); r.Status != "PROCESSING" {
+				t.Errorf("row within its lease %+v was recovered", r)
+			}
+			if _, err := st.MessageRecover(context.Background(), outbox.MessageRecoverParams{ClaimedBefore: now}); !errors.Is(err, outbox.ErrInvalidInput) {
+				t.Errorf("MaxAttempts 0: %v, want ErrInvalidInput", err)
+			}
+		})
 	}
 }
 
@@ -450,12 +503,13 @@ func TestDeferredReleaseWaitsAndCountsNoRetry(t *testing.T) {
 		t.Fatalf("finish: %v, lost %v", err, res.LeaseLost)
 	}
 	r := b.row(t, "EVENT", head)
-	if r.Status != "PENDING" || r.RetryCount != 0 || !r.ProcessedAt.Valid || !r.ProcessedAt.Time.Equal(due) {
-		t.Fatalf("deferred row %+v, want PENDING, retry_count 0, due %s", r, due)
+	if wantDue := b.dbNow(t).Add(due.Sub(now)); r.Status != "PENDING" || r.RetryCount != 0 || !r.ProcessedAt.Valid || !near(r.ProcessedAt.Time, wantDue) {
+		t.Fatalf("deferred row %+v, want PENDING, retry_count 0, due about %s", r, wantDue)
 	}
 	if got := claim(t, b.store, 10, now.Add(time.Minute)); len(got) != 0 {
 		t.Fatalf("claimed %v before the deferral ended (the group waits behind its head)", ids(got))
 	}
+	b.makeDue(t, "EVENT", head)
 	if got := ids(claim(t, b.store, 10, due)); !slices.Equal(got, []string{head, next}) {
 		t.Fatalf("claimed %v at the due time, want [head next]", got)
 	}
