@@ -61,9 +61,16 @@ type Config struct {
 	RequestTimeout time.Duration
 	// UserAgent defaults to "outboxkit-flowcatalyst".
 	UserAgent string
-	// Logger receives one debug line per request and warnings for responses
+	// Logger receives one debug line per request, a warning per failed
+	// request (HTTP error or transport failure) and warnings for responses
 	// that break the contract. Defaults to discarding them.
 	Logger *slog.Logger
+	// ChargeEveryItem makes a whole-request failure (HTTP error, timeout)
+	// count as a failed attempt of every item of the request, as seed 004
+	// does. By default only the first item of each ordered group is
+	// charged; the group's later items are not attempted (they wait behind
+	// the first anyway) and keep their attempts.
+	ChargeEveryItem bool
 }
 
 // Publisher publishes outbox messages to the FlowCatalyst batch API. It
@@ -96,7 +103,8 @@ type Config struct {
 // a whole request fails retryably (HTTP 5xx, 401, 429, a timeout), only the
 // first message of each group in it gets the error; the group's later
 // messages get outbox.ErrNotAttempted and do not use up their attempts
-// because of the message ahead of them.
+// because of the message ahead of them (unless Config.ChargeEveryItem, seed 004's
+// behaviour: every item of the request is charged).
 //
 // Inside one request FIFO cannot be kept on a failure: FlowCatalyst
 // processes every item of a batch, so item 5 may be stored while item 3 got
@@ -124,6 +132,8 @@ type Publisher struct {
 	timeout time.Duration
 	ua      string
 	log     *slog.Logger
+	// chargeAll: Config.ChargeEveryItem.
+	chargeAll bool
 }
 
 // New returns a Publisher, or an error naming the first invalid Config field.
@@ -162,14 +172,15 @@ func New(cfg Config) (*Publisher, error) {
 	base.Path = strings.TrimSuffix(base.Path, "/")
 	base.RawPath = ""
 	return &Publisher{
-		base:    base,
-		api:     cfg.API,
-		batch:   cmp.Or(cfg.BatchSize, cfg.API.MaxBatchSize),
-		token:   cfg.Token,
-		client:  cfg.HTTPClient,
-		timeout: cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout),
-		ua:      cmp.Or(cfg.UserAgent, "outboxkit-flowcatalyst"),
-		log:     cfg.Logger,
+		base:      base,
+		api:       cfg.API,
+		batch:     cmp.Or(cfg.BatchSize, cfg.API.MaxBatchSize),
+		token:     cfg.Token,
+		client:    cfg.HTTPClient,
+		timeout:   cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout),
+		ua:        cmp.Or(cfg.UserAgent, "outboxkit-flowcatalyst"),
+		log:       cfg.Logger,
+		chargeAll: cfg.ChargeEveryItem,
 	}, nil
 }
 
@@ -273,7 +284,7 @@ func (p *Publisher) send(ctx context.Context, path string, msgs []outbox.Message
 		retryable := outbox.IsRetryable(err) && !errors.Is(err, outbox.ErrNotAttempted)
 		first := map[string]bool{}
 		for _, i := range idx {
-			if retryable && msgs[i].Group != "" {
+			if retryable && msgs[i].Group != "" && !p.chargeAll {
 				k := msgs[i].GroupKey()
 				if first[k] {
 					out[i] = outbox.Result{Err: fmt.Errorf("%w: an earlier message of the group failed: %w", outbox.ErrNotAttempted, err)}
@@ -325,7 +336,9 @@ func (p *Publisher) send(ctx context.Context, path string, msgs []outbox.Message
 		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 			code = "timeout"
 		}
-		p.log.DebugContext(ctx, "flowcatalyst request failed", "path", path, "items", len(idx), "code", code, "duration", time.Since(started))
+		if code != "canceled" {
+			p.log.WarnContext(ctx, "flowcatalyst request failed", "path", path, "items", len(idx), "code", code, "duration", time.Since(started))
+		}
 		failAll(&outbox.PublishError{Code: code, Message: "POST " + path + ": " + redact(transportMessage(err), token), Err: ctx.Err()})
 		return
 	}
@@ -345,6 +358,7 @@ func (p *Publisher) send(ctx context.Context, path string, msgs []outbox.Message
 		msg += ": " + detail
 	}
 	code := "http_" + strconv.Itoa(status)
+	p.log.WarnContext(ctx, "flowcatalyst request failed", "path", path, "items", len(idx), "status", status, "error", msg)
 	switch {
 	case status == http.StatusBadRequest || status == http.StatusForbidden:
 		failAll(outbox.Permanent(code, msg))

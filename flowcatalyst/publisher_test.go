@@ -721,3 +721,25 @@ func TestTokenNeverLeaks(t *testing.T) {
 		t.Errorf("no debug log lines: %q", logs.String())
 	}
 }
+
+func TestPublishFailedRequestChargesEveryItem(t *testing.T) {
+	t.Parallel()
+	srv := flowcatalysttest.NewServer()
+	defer srv.Close()
+	srv.OnRequest(func(*flowcatalysttest.Request) *flowcatalysttest.Response {
+		return &flowcatalysttest.Response{Status: 503}
+	})
+	pub := newPublisher(t, flowcatalyst.Config{BaseURL: srv.URL, BatchSize: 2, ChargeEveryItem: true})
+	msgs := []outbox.Message{msg("EVENT", "g", 1), msg("EVENT", "g", 2), msg("EVENT", "g", 3)}
+	res := pub.Publish(context.Background(), msgs)
+	// Both items of the failed request are charged, as in seed 004; the
+	// group's item 3 is not sent after the failure.
+	for _, i := range []int{0, 1} {
+		if pe := publishError(t, res[i].Err); pe.Permanent || pe.Code != "http_503" || errors.Is(res[i].Err, outbox.ErrNotAttempted) {
+			t.Errorf("item %d: %v, want a retryable http_503 charged to it", i+1, res[i].Err)
+		}
+	}
+	if !errors.Is(res[2].Err, outbox.ErrNotAttempted) {
+		t.Errorf("item 3: %v, want ErrNotAttempted", res[2].Err)
+	}
+}

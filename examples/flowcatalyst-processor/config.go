@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outboxkit/flowcatalyst"
+	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore"
 )
 
 // envPrefix turns a key into its environment variable: poll-interval is
@@ -52,6 +53,10 @@ type config struct {
 	SingleActive     bool
 	LogLevel         string
 	LogFormat        string
+
+	NullGroupUnordered    bool
+	RecoveryCountsAttempt bool
+	FailedRequestCharges  string
 
 	api     flowcatalyst.API
 	backoff []time.Duration
@@ -158,6 +163,10 @@ func options() []option {
 		b("single-active", "false", "only one processor works at a time (PostgreSQL advisory lock)", func(c *config) func(string) error { return boolVal(&c.SingleActive) }),
 		o("log-level", "info", "debug, info, warn or error", func(c *config) func(string) error { return stringVal(&c.LogLevel) }),
 		o("log-format", "json", "json or text", func(c *config) func(string) error { return stringVal(&c.LogFormat) }),
+		// Departures from the seed's behaviour, off by default.
+		b("null-group-unordered", "false", "send rows with a NULL message_group unordered, in parallel (seed: they form the one FIFO group \"default\")", func(c *config) func(string) error { return boolVal(&c.NullGroupUnordered) }),
+		b("recovery-counts-attempt", "false", "a recovered stuck PROCESSING row uses up an attempt and may become FAILED (seed: it keeps its retry_count)", func(c *config) func(string) error { return boolVal(&c.RecoveryCountsAttempt) }),
+		o("failed-request-charges", "all", "which items a failed request (HTTP error, timeout) charges a retry: all (seed) or first (only the first item of each group; the rest wait without using attempts)", func(c *config) func(string) error { return stringVal(&c.FailedRequestCharges) }),
 	}
 }
 
@@ -182,21 +191,51 @@ func loadConfig(args []string, getenv func(string) string, usageOut io.Writer) (
 		}
 	}
 	fs := flag.NewFlagSet("flowcatalyst-processor", flag.ContinueOnError)
-	fs.SetOutput(usageOut)
+	// Usage goes out for -h only; a bad flag is one problem among the others.
+	fs.SetOutput(io.Discard)
 	for _, o := range opts {
 		usage := fmt.Sprintf("%s (env %s, default %q)", o.usage, envName(o.key), o.def)
-		set := func(v string) error { return o.set(&c, v) }
+		// A bad value is recorded and parsing goes on, so that every
+		// problem is listed at once.
+		set := func(v string) error {
+			if err := o.set(&c, v); err != nil {
+				problems = append(problems, fmt.Sprintf("-%s: %v", o.key, err))
+			}
+			return nil
+		}
 		if o.isBool {
 			fs.BoolFunc(o.key, usage, set)
 		} else {
 			fs.Func(o.key, usage, set)
 		}
 	}
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if fs.NArg() > 0 {
-		problems = append(problems, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	for rest := args; ; {
+		err := fs.Parse(rest)
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(usageOut)
+			fs.Usage()
+			return c, err
+		}
+		if err != nil {
+			problems = append(problems, err.Error())
+			// Go on after the bad flag (and its value, if it had one).
+			i := len(rest) - len(fs.Args())
+			if i < 1 {
+				i = 1
+			}
+			rest = rest[min(i, len(rest)):]
+			if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+				rest = rest[1:]
+			}
+			if len(rest) == 0 {
+				break
+			}
+			continue
+		}
+		if fs.NArg() > 0 {
+			problems = append(problems, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+		}
+		break
 	}
 	problems = append(problems, c.validate()...)
 	if len(problems) > 0 {
@@ -280,6 +319,19 @@ func (c *config) validate() []string {
 	case "debug", "info", "warn", "error":
 	default:
 		p = append(p, fmt.Sprintf("%s must be debug, info, warn or error, got %q", name("log-level"), c.LogLevel))
+	}
+	for _, tk := range []struct{ key, name string }{{"events-table", c.EventsTable}, {"dispatch-jobs-table", c.DispatchJobsTable}} {
+		if err := seedstore.CheckTableName(tk.name); err != nil {
+			p = append(p, fmt.Sprintf("%s is %q: letters, digits and _ only, optionally schema.table", name(tk.key), tk.name))
+		}
+	}
+	if strings.EqualFold(c.EventsTable, c.DispatchJobsTable) {
+		p = append(p, fmt.Sprintf("%s and %s must differ, both are %q", name("events-table"), name("dispatch-jobs-table"), c.EventsTable))
+	}
+	switch strings.ToLower(c.FailedRequestCharges) {
+	case "all", "first":
+	default:
+		p = append(p, fmt.Sprintf("%s must be all or first, got %q", name("failed-request-charges"), c.FailedRequestCharges))
 	}
 	switch strings.ToLower(c.LogFormat) {
 	case "json", "text":

@@ -96,7 +96,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		return fmt.Errorf("connecting to the database: %w", err)
 	}
 
-	store, err := seedstore.New(db, seedstore.Options{EventsTable: cfg.EventsTable, DispatchJobsTable: cfg.DispatchJobsTable, Logger: log})
+	store, err := seedstore.New(db, seedstore.Options{
+		EventsTable: cfg.EventsTable, DispatchJobsTable: cfg.DispatchJobsTable, Logger: log,
+		UnorderedNullGroup: cfg.NullGroupUnordered, RecoveryCountsAttempt: cfg.RecoveryCountsAttempt,
+		MaxClaimPerGroup: cfg.APIBatchSize,
+	})
 	if err != nil {
 		return err
 	}
@@ -122,6 +126,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	pub, err := flowcatalyst.New(flowcatalyst.Config{
 		BaseURL: cfg.APIBaseURL, API: cfg.api, BatchSize: cfg.APIBatchSize, Token: tokens, Logger: log,
+		ChargeEveryItem: strings.EqualFold(cfg.FailedRequestCharges, "all"),
 	})
 	if err != nil {
 		return err
@@ -140,6 +145,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		MaxAttempts:         cfg.MaxRetries + 1,
 		Backoff:             outbox.Backoff{Schedule: cfg.backoff},
 		Logger:              log,
+		Observer:            logObserver{log: log},
 	}
 	if cfg.SingleActive {
 		leader := newAdvisoryLeader(db, "flowcatalyst-processor:"+cfg.EventsTable+":"+cfg.DispatchJobsTable, log)
@@ -245,4 +251,25 @@ func (l *advisoryLeader) start(ctx context.Context) (stop func()) {
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// logObserver logs, at the default level, what an operator must see: a row
+// that will be retried (warning) and a row that became FAILED (error). The
+// publisher logs each failed request.
+type logObserver struct {
+	outbox.NopObserver
+	log *slog.Logger
+}
+
+func (o logObserver) OnAttemptFinished(ctx context.Context, e outbox.AttemptEvent) {
+	if e.Outcome != outbox.AttemptRetry {
+		return
+	}
+	o.log.WarnContext(ctx, "row will be retried", "table_type", e.Message.Topic, "id", e.Message.ID,
+		"message_group", e.Message.Group, "attempt", e.Attempt, "next_attempt_at", e.NextAttemptAt, "err", e.Err)
+}
+
+func (o logObserver) OnFailed(ctx context.Context, e outbox.AttemptEvent) {
+	o.log.ErrorContext(ctx, "row FAILED", "table_type", e.Message.Topic, "id", e.Message.ID,
+		"message_group", e.Message.Group, "attempt", e.Attempt, "err", e.Err)
 }

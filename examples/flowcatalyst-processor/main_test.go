@@ -120,6 +120,35 @@ func TestRunExitCodes(t *testing.T) {
 	if !strings.Contains(out.String(), "invalid configuration") {
 		t.Errorf("stderr %q", out.String())
 	}
+	// Every configuration problem, flags included, exits 2 before any
+	// connection, each listed, with no usage dump.
+	out.Reset()
+	code := run(context.Background(), []string{
+		"-database-url", "postgres://postgres@127.0.0.1:1/x?connect_timeout=2", "-api-base-url", "https://x",
+		"-events-table", "x;drop", "-poll-batch-size", "many", "-no-such-flag", "-max-retries", "-1",
+	}, env(map[string]string{"OUTBOX_PROCESSOR_DISPATCH_JOBS_TABLE": "x;drop"}), &out)
+	if code != 2 {
+		t.Errorf("invalid tables and flags: exit %d, want 2:\n%s", code, out.String())
+	}
+	for _, want := range []string{
+		`events-table (-events-table or OUTBOX_PROCESSOR_EVENTS_TABLE) is "x;drop"`,
+		`dispatch-jobs-table (-dispatch-jobs-table or OUTBOX_PROCESSOR_DISPATCH_JOBS_TABLE) is "x;drop"`,
+		"must differ",
+		`-poll-batch-size: "many" is not a whole number`,
+		"flag provided but not defined: -no-such-flag",
+		"max-retries (-max-retries or OUTBOX_PROCESSOR_MAX_RETRIES) must be between 0 and 999",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "connecting") || strings.Contains(out.String(), "Usage") {
+		t.Errorf("output connects or dumps the usage:\n%s", out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"-database-url", minimal, "-api-base-url", "https://x", "-events-table", "a.t", "-dispatch-jobs-table", "A.T"}, env(nil), &out); code != 2 || !strings.Contains(out.String(), "must differ") {
+		t.Errorf("equal tables: exit %d:\n%s", code, out.String())
+	}
 	if code := run(context.Background(), []string{"-h"}, env(nil), &bytes.Buffer{}); code != 0 {
 		t.Errorf("-h: exit %d", code)
 	}
@@ -180,6 +209,18 @@ func TestProcessorEndToEnd(t *testing.T) {
 	defer srv.Close()
 	const secret = "oauth-client-secret-xyz"
 	tokenURL := srv.EnableOAuth("processor", secret, time.Hour)
+	// The first request carrying the flaky job fails as a whole.
+	var flaky sync.Once
+	srv.OnRequest(func(r *flowcatalysttest.Request) *flowcatalysttest.Response {
+		var fail bool
+		if bytes.Contains(r.Body, []byte(`"flaky":true`)) {
+			flaky.Do(func() { fail = true })
+		}
+		if fail {
+			return &flowcatalysttest.Response{Status: 503, Body: []byte(`{"error":"try later"}`)}
+		}
+		return nil
+	})
 	srv.OnItem(func(_ *flowcatalysttest.Request, _ int, it json.RawMessage) flowcatalyst.ItemResult {
 		if bytes.Contains(it, []byte(`"bad":true`)) {
 			return flowcatalyst.ItemResult{Status: flowcatalyst.ItemBadRequest, Error: "targetUrl is required"}
@@ -225,11 +266,16 @@ VALUES ($1, 'EVENT', 'order-7', $2, 'PENDING', 0, $3)`, id, payload, base.Add(ti
 VALUES ($1, 'DISPATCH_JOB', '{"bad":true}', 'PENDING', 0, now())`, badID); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := db.Exec(`INSERT INTO `+schema+`.outbox_dispatch_jobs (id, type, message_group, payload, status, retry_count, created_at)
+VALUES ($1, 'DISPATCH_JOB', 'f', '{"flaky":true}', 'PENDING', 0, now())`, flowcatalyst.NewTSID().String()); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, "the rows processed", func() bool {
-		var completed, failed int
+		var completed, failed, jobsDone int
 		_ = db.QueryRow(`SELECT count(*) FROM ` + schema + `.outbox_events WHERE status = 'COMPLETED'`).Scan(&completed)
 		_ = db.QueryRow(`SELECT count(*) FROM ` + schema + `.outbox_dispatch_jobs WHERE status = 'FAILED'`).Scan(&failed)
-		return completed == 12 && failed == 1
+		_ = db.QueryRow(`SELECT count(*) FROM ` + schema + `.outbox_dispatch_jobs WHERE status = 'COMPLETED' AND retry_count = 1`).Scan(&jobsDone)
+		return completed == 12 && failed == 1 && jobsDone == 1
 	})
 	var errMsg string
 	_ = db.QueryRow(`SELECT error_message FROM `+schema+`.outbox_dispatch_jobs WHERE id = $1`, badID).Scan(&errMsg)
@@ -252,7 +298,9 @@ VALUES ($1, 'DISPATCH_JOB', '{"bad":true}', 'PENDING', 0, now())`, badID); err !
 		t.Fatal("the processor did not stop")
 	}
 	out := logs.String()
-	for _, want := range []string{`"msg":"flowcatalyst outbox processor starting"`, `"auth":"oauth2-client-credentials"`, `single-active: this processor is now the active one`, `"msg":"flowcatalyst outbox processor stopped cleanly"`} {
+	for _, want := range []string{`"msg":"flowcatalyst outbox processor starting"`, `"auth":"oauth2-client-credentials"`, `single-active: this processor is now the active one`, `"msg":"flowcatalyst outbox processor stopped cleanly"`,
+		// At the default level: the failed request, the retry, the FAILED row.
+		`"level":"WARN","msg":"flowcatalyst request failed"`, `"status":503`, `"level":"WARN","msg":"row will be retried"`, `"level":"ERROR","msg":"row FAILED"`, `"id":"` + badID + `"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("logs lack %s:\n%s", want, out)
 		}

@@ -181,6 +181,16 @@ func quoteIdent(name string) (string, error) {
 	return strings.Join(parts, "."), nil
 }
 
+// CheckTableName returns an error matching outbox.ErrInvalidInput when name
+// is not a table name the Store accepts: letters, digits and _, optionally
+// schema-qualified (schema.table).
+func CheckTableName(name string) error {
+	if _, err := quoteIdent(name); err != nil {
+		return outbox.InvalidParam("table", err.Error())
+	}
+	return nil
+}
+
 // New returns a Store over db. It does not touch the database; see
 // CreateTables.
 func New(db DB, opts Options) (*Store, error) {
