@@ -151,32 +151,53 @@ type broker struct {
 
 // crashingStore skips recording one message as sent, as if the processor
 // crashed between publishing it and marking it sent: the message stays
-// PROCESSING until its lease expires, and is then published again.
+// PROCESSING until its lease expires, and is then published again. So that
+// the example does not wait out the lease (Config.ProcessingTimeout, kept
+// long enough for a slow machine), the crashed message's lease is treated as
+// expired at the next recovery: recovery takes the messages claimed up to
+// its claim, which are the crashed processor's, the rest of its batch
+// already finished.
 type crashingStore struct {
 	outbox.Store
-	tl      *timeline
-	target  atomic.Pointer[crashTarget]
-	crashed atomic.Bool
+	tl        *timeline
+	target    atomic.Pointer[crashTarget]
+	crashed   atomic.Bool
+	claimedAt atomic.Pointer[time.Time] // the crashed message's claim, until recovered
 }
 
 type crashTarget struct{ id, desc string }
 
 func (s *crashingStore) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
+	var crashed *crashTarget
 	if t := s.target.Load(); t != nil {
 		for i, o := range p.Sent {
 			if o.ID == t.id && s.crashed.CompareAndSwap(false, true) {
 				p.Sent = append(p.Sent[:i:i], p.Sent[i+1:]...)
 				s.tl.printf("  processor      CRASH              after publishing %s, before marking it sent: it stays PROCESSING until its lease expires", t.desc)
+				crashed = t
 				break
 			}
 		}
 	}
-	return s.Store.MessageFinish(ctx, p)
+	res, err := s.Store.MessageFinish(ctx, p)
+	if crashed != nil {
+		m, gerr := s.MessageGet(ctx, outbox.MessageGetParams{ID: crashed.id})
+		if gerr != nil {
+			return res, errors.Join(err, gerr)
+		}
+		s.claimedAt.Store(&m.ClaimedAt)
+	}
+	return res, err
 }
 
 func (s *crashingStore) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
+	at := s.claimedAt.Load()
+	if at != nil {
+		p.ClaimedBefore = at.Add(time.Millisecond)
+	}
 	res, err := s.Store.MessageRecover(ctx, p)
 	if err == nil && res.Recovered > 0 {
+		s.claimedAt.CompareAndSwap(at, nil)
 		s.tl.printf("  processor      lease expired      %d message(s) back to PENDING, to be published again", res.Recovered)
 	}
 	return res, err
@@ -280,7 +301,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Report, error) {
 	store := &crashingStore{Store: orders, tl: tl}
 	proc, err := outbox.NewProcessor(store, pub, outbox.Config{
 		PollInterval:      20 * time.Millisecond,
-		ProcessingTimeout: time.Second, // the lease: a crashed message is published again after 1s
+		ProcessingTimeout: time.Minute, // the lease (see crashingStore)
 		RecoveryInterval:  200 * time.Millisecond,
 		MaxAttempts:       3,
 		Backoff:           outbox.Backoff{Schedule: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}},
