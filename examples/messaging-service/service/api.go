@@ -137,8 +137,7 @@ func (s *Service) authenticate(w http.ResponseWriter, r *http.Request) (string, 
 		writeError(w, http.StatusUnauthorized, "unauthenticated", "missing API key (Authorization: Bearer <key>)")
 		return "", false
 	}
-	var org string
-	err := s.db.QueryRowContext(r.Context(), s.d.rebind("SELECT org_id FROM msgsvc_api_keys WHERE key_hash = ?"), hashKey(key)).Scan(&org)
+	org, err := s.orgOfKey(r.Context(), hashKey(key))
 	if errors.Is(err, sql.ErrNoRows) {
 		writeError(w, http.StatusUnauthorized, "unauthenticated", "invalid API key")
 		return "", false
@@ -157,6 +156,29 @@ func (s *Service) authenticate(w http.ResponseWriter, r *http.Request) (string, 
 		return "", false
 	}
 	return org, true
+}
+
+// keyCacheTTL is how long a verified key hash is remembered, so most
+// requests skip the key lookup; a key deleted from msgsvc_api_keys stops
+// working within it.
+const keyCacheTTL = time.Minute
+
+type cachedKey struct {
+	org     string
+	expires time.Time
+}
+
+func (s *Service) orgOfKey(ctx context.Context, hash string) (string, error) {
+	if v, ok := s.keys.Load(hash); ok && time.Now().Before(v.(cachedKey).expires) {
+		return v.(cachedKey).org, nil
+	}
+	var org string
+	err := s.db.QueryRowContext(ctx, s.d.rebind("SELECT org_id FROM msgsvc_api_keys WHERE key_hash = ?"), hash).Scan(&org)
+	if err != nil {
+		return "", err
+	}
+	s.keys.Store(hash, cachedKey{org: org, expires: time.Now().Add(keyCacheTTL)})
+	return org, nil
 }
 
 func (s *Service) readyz(w http.ResponseWriter, r *http.Request, _ string) {

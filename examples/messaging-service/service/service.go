@@ -202,6 +202,8 @@ type Service struct {
 	webhook   *whatsapp.Webhook
 	mux       *http.ServeMux
 
+	keys sync.Map // key hash -> cachedKey (only keys found in the table)
+
 	mu        sync.Mutex
 	processor *outbox.Processor
 	ready     atomic.Bool
