@@ -39,7 +39,6 @@ func main() {
 // its MSGSVC_* variable).
 type options struct {
 	addr, store, dsn, pgSchema, orgsFile, graphURL, graphVersion, redisAddr, logFormat string
-	demoDossier                                                                        int64
 }
 
 func parse(args []string, getenv func(string) string, out io.Writer) (options, error) {
