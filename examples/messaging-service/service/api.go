@@ -257,24 +257,28 @@ func (s *Service) createMessage(w http.ResponseWriter, r *http.Request, org stri
 		s.fail(w, r, err)
 		return
 	}
-	// Seed step 4: an existing key returns the original message, before
-	// consent is checked again.
-	if v, err := s.byIdempotencyKey(r.Context(), org, msg.IdempotencyKey); err == nil {
-		writeJSON(w, http.StatusOK, v)
-		return
-	} else if !errors.Is(err, outbox.ErrNotFound) {
-		s.fail(w, r, err)
-		return
-	}
 	var (
 		res     []outbox.Enqueued
 		blocked *outbox.PolicyError
+		repeat  bool
 	)
 	err = s.inTx(r.Context(), func(tx *sql.Tx) error {
 		ctx := context.WithValue(r.Context(), txKey{}, tx)
 		var err error
 		res, err = s.ob.EnqueueTx(ctx, tx, msg)
 		if errors.As(err, &blocked) {
+			// Seed step 4: a repeated key returns the original message even
+			// when consent was revoked since (checked here, off the happy
+			// path, rather than before every insert).
+			var n int
+			if err := tx.QueryRowContext(ctx, s.d.rebind("SELECT COUNT(*) FROM msgsvc_messages WHERE org_id = ? AND idempotency_key = ?"),
+				org, msg.IdempotencyKey).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				blocked, repeat = nil, true
+				return nil
+			}
 			// Nothing was enqueued; the refusal is audited in this
 			// transaction, against the dossier.
 			return s.audit(ctx, tx, org, "DOSSIER", strconv.FormatInt(meta.DossierID, 10), "BLOCKED_BY_POLICY",
@@ -303,8 +307,8 @@ func (s *Service) createMessage(w http.ResponseWriter, r *http.Request, org stri
 		s.fail(w, r, err)
 	case blocked != nil:
 		writeError(w, http.StatusUnprocessableEntity, blocked.Code, blocked.Reason)
-	case res[0].Existed:
-		// A concurrent request with the same key won the race.
+	case repeat || res[0].Existed:
+		// The key was used before (or by a concurrent request).
 		v, err := s.byIdempotencyKey(r.Context(), org, msg.IdempotencyKey)
 		if err != nil {
 			s.fail(w, r, err)
