@@ -5,6 +5,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -88,37 +90,30 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 }
 
 func (s *Store) claim(ctx context.Context, stmt string, args []any) ([]outbox.Message, int64, int64, error) {
-	r, err := s.db.Query(ctx, stmt, args...)
-	if err != nil {
-		return nil, 0, 0, wrapErr("claim", err)
-	}
-	defer r.Close()
 	var (
 		msgs            []outbox.Message
 		scanned, maxSeq int64
 	)
-	for r.Next() {
+	err := s.planned(ctx, stmt, args, func(r pgx.Rows) error {
 		var row msgRow
 		if r.RawValues()[2] == nil { // no message claimed: only the window's figures
 			dest := make([]any, 2+len(row.dest()))
 			dest[0], dest[1] = &scanned, &maxSeq
-			if err := r.Scan(dest...); err != nil {
-				return nil, 0, 0, wrapErr("claim", err)
-			}
-			continue
+			return r.Scan(dest...)
 		}
 		dest := append([]any{&scanned, &maxSeq}, row.dest()...)
 		if err := r.Scan(dest...); err != nil {
-			return nil, 0, 0, wrapErr("claim", err)
+			return err
 		}
 		m, err := row.message()
 		if err != nil {
-			return nil, 0, 0, wrapErr("claim", err)
+			return err
 		}
 		msgs = append(msgs, m)
-	}
-	if err := r.Err(); err != nil {
-		return nil, 0, 0, wrapErr("claim", err)
+		return nil
+	})
+	if err != nil {
+		return msgs, 0, 0, wrapErr("claim", err)
 	}
 	return msgs, scanned, maxSeq, nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -136,21 +138,16 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		mask |= finishReleased
 		args = append(args, lID, lAtt, lNext, lHasErr, lCode, lMsg)
 	}
-	r, err := s.db.Query(ctx, s.sql.finish[mask], args...)
-	if err != nil {
-		return outbox.FinishResult{}, wrapErr("finish", err)
-	}
 	applied := make(map[string]struct{}, total)
-	for r.Next() {
+	err := s.planned(ctx, s.sql.finish[mask], args, func(r pgx.Rows) error {
 		var id string
 		if err := r.Scan(&id); err != nil {
-			r.Close()
-			return outbox.FinishResult{}, wrapErr("finish", err)
+			return err
 		}
 		applied[id] = struct{}{}
-	}
-	r.Close()
-	if err := r.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return outbox.FinishResult{}, wrapErr("finish", err)
 	}
 	var res outbox.FinishResult
@@ -196,7 +193,10 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	for {
 		var rec, dead int
 		var sc *string
-		if err := s.db.QueryRow(ctx, s.sql.recover, before, now, maxAttempts, chunk).Scan(&rec, &dead, &sc); err != nil {
+		err := s.planned(ctx, s.sql.recover, []any{before, now, maxAttempts, chunk}, func(r pgx.Rows) error {
+			return r.Scan(&rec, &dead, &sc)
+		})
+		if err != nil {
 			return res, wrapErr("recover", err)
 		}
 		res.Recovered += rec

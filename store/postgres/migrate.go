@@ -76,7 +76,8 @@ func cutDirection(name string) (base, dir string, ok bool) {
 // Migrate brings the schema up to the latest version: it creates the schema
 // if needed and applies the missing migrations in one transaction. It is
 // idempotent and safe when several replicas call it at once: they serialise
-// on an advisory lock and the later ones find nothing to do.
+// on an advisory lock and the later ones find nothing to do. When it applied
+// a migration it then analyses the tables (ANALYZE, best effort).
 func (s *Store) Migrate(ctx context.Context) error {
 	migs := s.Migrations()
 	if len(migs) == 0 {
@@ -153,6 +154,7 @@ func (s *Store) migrate(ctx context.Context, target int) error {
 	for _, v := range vs {
 		applied[v] = true
 	}
+	upgraded := false
 	for _, m := range migs { // up
 		if m.Version > target || applied[m.Version] {
 			continue
@@ -163,6 +165,7 @@ func (s *Store) migrate(ctx context.Context, target int) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO `+s.migrations+` (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
 			return wrapErr("migrate: record version", err)
 		}
+		upgraded = true
 	}
 	for i := len(migs) - 1; i >= 0; i-- { // down
 		m := migs[i]
@@ -184,5 +187,33 @@ func (s *Store) migrate(ctx context.Context, target int) error {
 	if err := tx.Commit(ctx); err != nil {
 		return wrapErr("migrate: commit", err)
 	}
+	if upgraded && target >= 1 {
+		s.analyze(ctx)
+	}
 	return nil
+}
+
+// analyzeAfterPrune is how many pruned rows make the store analyse its
+// tables (see MessagePrune).
+const analyzeAfterPrune = 50000
+
+// analyze gathers the tables' statistics (ANALYZE), best effort: it gives up
+// after waiting 1 s for a lock (a running VACUUM or ANALYZE) and only logs a
+// failure. The hot-path statements do not depend on statistics for their
+// plan shape (see planSettings); the other queries and estimates do.
+func (s *Store) analyze(ctx context.Context) {
+	tx, err := s.db.Begin(ctx)
+	if err == nil {
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		_, err = tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`)
+		if err == nil {
+			_, err = tx.Exec(ctx, `ANALYZE `+s.messages+`, `+s.attempts)
+		}
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+	}
+	if err != nil {
+		s.log.WarnContext(ctx, "outboxkit/postgres: analyze failed", "err", err)
+	}
 }

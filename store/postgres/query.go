@@ -247,7 +247,8 @@ func (s *Store) MessageApplyReceipt(ctx context.Context, p outbox.MessageApplyRe
 // MessagePrune deletes up to p.Limit (default 1,000) finished messages
 // (SENT, DELIVERED, FAILED, CANCELLED) last updated before p.Before, with
 // their attempts, in one short statement that skips rows locked by others.
-// Call it in a loop until it returns less than the limit.
+// Call it in a loop until it returns less than the limit. Every 50,000
+// pruned rows, the store analyses its tables (ANALYZE, best effort).
 func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (int, error) {
 	if p.Before.IsZero() {
 		return 0, outbox.InvalidParam("Before", "is required")
@@ -259,6 +260,11 @@ func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (
 	var n int
 	if err := s.db.QueryRow(ctx, s.sql.prune, p.Before.UTC().Truncate(time.Microsecond), limit).Scan(&n); err != nil {
 		return 0, wrapErr("prune", err)
+	}
+	// After a large prune the statistics describe a table that is gone.
+	if s.pruned.Add(int64(n)) >= analyzeAfterPrune {
+		s.pruned.Store(0)
+		s.analyze(ctx)
 	}
 	return n, nil
 }

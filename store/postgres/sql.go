@@ -114,7 +114,7 @@ runs AS MATERIALIZED (
 			FROM {T} m
 			WHERE m.tenant = h.tenant AND m.topic = h.topic AND m.grp = h.grp
 				AND m.status IN ('PENDING', 'PROCESSING') AND m.grp <> '' AND m.seq >= h.seq
-			ORDER BY m.seq
+			ORDER BY m.tenant, m.topic, m.grp, m.seq
 			LIMIT $5
 		) x
 		WHERE x.ok
@@ -168,10 +168,15 @@ runs AS MATERIALIZED (
 	-- not correctness: valid below re-checks every run.)
 	SELECT m.tenant, m.topic, m.grp, m.seq FROM win w JOIN {T} m ON m.id = w.id
 	WHERE w.next_attempt_at <= $1
-		AND NOT EXISTS (
-			SELECT 1 FROM {T} b
+		-- w is its group's head: the first unfinished message of the
+		-- group, one descent of the group index (ordered by its whole key,
+		-- so no other plan is cheaper, with or without statistics).
+		AND w.seq = (
+			SELECT b.seq FROM {T} b
 			WHERE b.tenant = w.tenant AND b.topic = w.topic AND b.grp = w.grp
-				AND b.status IN ('PENDING', 'PROCESSING') AND b.grp <> '' AND b.seq < w.seq
+				AND b.status IN ('PENDING', 'PROCESSING') AND b.grp <> ''
+			ORDER BY b.tenant, b.topic, b.grp, b.seq
+			LIMIT 1
 		)
 		AND m.status = 'PENDING' AND m.next_attempt_at <= $1
 	LIMIT $3

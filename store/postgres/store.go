@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -98,6 +99,8 @@ type Store struct {
 	adminNS    int32  // advisory lock namespace of Migrate and Elector
 
 	sql sqlText
+
+	pruned atomic.Int64 // rows pruned since the store last analysed the tables
 }
 
 var (
