@@ -1,0 +1,123 @@
+"use strict";
+// The outboxkit dashboard: plain DOM, no dependencies. Every URL is
+// relative to the page, so the handler can be mounted under any prefix.
+(function () {
+  const statuses = ["PENDING", "PROCESSING", "SENT", "DELIVERED", "FAILED", "CANCELLED"];
+  let nextAfterSeq = 0;
+
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") e.className = v;
+      else if (k.startsWith("data-")) e.setAttribute(k, v);
+      else e[k] = v;
+    }
+    for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(c == null ? "" : String(c)));
+    return e;
+  }
+
+  async function api(method, path, body) {
+    const opts = { method, headers: { "Accept": "application/json" } };
+    if (method !== "GET") {
+      opts.headers["Content-Type"] = "application/json";
+      opts.body = JSON.stringify(body || {});
+    }
+    const res = await fetch("api/" + path, opts);
+    const data = await res.json().catch(() => ({}));
+    if (!res.ok) throw new Error(data.error || res.status + " " + res.statusText);
+    return data;
+  }
+
+  function age(seconds) {
+    if (!seconds) return "";
+    if (seconds < 60) return Math.round(seconds) + " s";
+    if (seconds < 3600) return Math.round(seconds / 60) + " min";
+    if (seconds < 86400) return (seconds / 3600).toFixed(1) + " h";
+    return (seconds / 86400).toFixed(1) + " d";
+  }
+
+  function when(t) { return t ? new Date(t).toLocaleString() : ""; }
+
+  function notice(text, isError) {
+    const n = document.getElementById("notice");
+    n.textContent = text;
+    n.className = isError ? "error" : "";
+  }
+
+  async function loadStats() {
+    const s = await api("GET", "stats");
+    const paused = new Map();
+    for (const p of s.pauses) {
+      const k = p.topic;
+      paused.set(k, (paused.get(k) || []).concat([p.group ? "group " + p.group : "all", p.tenant ? "(" + p.tenant + ")" : ""].join(" ").trim()));
+    }
+    const body = document.querySelector("#stats tbody");
+    body.replaceChildren(...s.topics.map((t) => el("tr", { "data-topic": t.topic },
+      el("td", {}, t.topic),
+      ...statuses.map((st) => el("td", { class: "n", "data-status": st }, t.counts[st] || 0)),
+      el("td", { class: "n", "data-age": t.oldest_pending_age_seconds }, age(t.oldest_pending_age_seconds)),
+      el("td", { class: "paused" }, (paused.get(t.topic) || []).join(", ")))));
+    document.getElementById("updated").textContent = "updated " + when(s.now);
+  }
+
+  async function loadDead(append) {
+    const q = "messages?status=FAILED&limit=50" + (append && nextAfterSeq ? "&after_seq=" + nextAfterSeq : "");
+    const page = await api("GET", q);
+    const body = document.querySelector("#dead tbody");
+    const rows = page.messages.map((m) => {
+      const requeue = el("button", { type: "button", class: "requeue", "data-id": m.id }, "Requeue");
+      requeue.addEventListener("click", () => doRequeue(m, requeue));
+      const show = el("button", { type: "button", class: "show", "data-id": m.id }, "Attempts");
+      show.addEventListener("click", () => loadDetail(m));
+      return el("tr", { "data-id": m.id },
+        el("td", {}, el("code", {}, m.id)), el("td", {}, m.tenant), el("td", {}, m.topic), el("td", {}, m.group || ""),
+        el("td", { class: "n" }, m.attempts),
+        el("td", { class: "err" }, m.error_code ? m.error_code + ": " + (m.error_message || "") : ""),
+        el("td", {}, when(m.updated_at)), el("td", {}, requeue, " ", show));
+    });
+    if (append) body.append(...rows); else body.replaceChildren(...rows);
+    nextAfterSeq = page.next_after_seq;
+    document.getElementById("more").hidden = !nextAfterSeq;
+  }
+
+  async function doRequeue(m, button) {
+    button.disabled = true;
+    try {
+      await api("POST", "messages/" + encodeURIComponent(m.id) + "/requeue?tenant=" + encodeURIComponent(m.tenant));
+      notice("Requeued " + m.id + ": it is PENDING again.");
+      await refresh();
+    } catch (e) {
+      notice("Requeue of " + m.id + " failed: " + e.message, true);
+      button.disabled = false;
+    }
+  }
+
+  async function loadDetail(m) {
+    const d = await api("GET", "messages/" + encodeURIComponent(m.id) + "?tenant=" + encodeURIComponent(m.tenant));
+    document.getElementById("detail").hidden = false;
+    document.getElementById("detail-id").textContent = d.message.id;
+    const fields = [["Status", d.message.status], ["Tenant", d.message.tenant], ["Topic", d.message.topic],
+      ["Group", d.message.group || ""], ["Attempts", d.message.attempts], ["Created", when(d.message.created_at)],
+      ["Last error", d.message.error_code ? d.message.error_code + ": " + (d.message.error_message || "") : ""],
+      ["Payload", JSON.stringify(d.message.payload)]];
+    document.getElementById("detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+    document.querySelector("#attempts tbody").replaceChildren(...d.attempts.map((a) => el("tr", {},
+      el("td", { class: "n" }, a.number), el("td", {}, a.outcome),
+      el("td", { class: "err" }, a.error_code ? a.error_code + ": " + (a.error_message || "") : ""),
+      el("td", {}, when(a.started_at)), el("td", {}, when(a.finished_at)), el("td", {}, when(a.next_attempt_at)))));
+  }
+
+  async function refresh() {
+    try {
+      await Promise.all([loadStats(), loadDead(false)]);
+      document.body.dataset.loaded = "true";
+    } catch (e) {
+      notice("Loading failed: " + e.message, true);
+    }
+  }
+
+  document.getElementById("refresh").addEventListener("click", refresh);
+  document.getElementById("more").addEventListener("click", () => loadDead(true).catch((e) => notice(e.message, true)));
+  refresh();
+  setInterval(refresh, 15000);
+})();

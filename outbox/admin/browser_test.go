@@ -1,0 +1,156 @@
+package admin_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// chromium returns the path of Debian's chromium. Missing, the test skips,
+// or fails when OUTBOXKIT_REQUIRE_BACKENDS=1 (CI installs it).
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("OUTBOXKIT_REQUIRE_BACKENDS") == "1" {
+		t.Fatal("chromium is not installed (apt-get install -y chromium) and OUTBOXKIT_REQUIRE_BACKENDS=1")
+	}
+	t.Skip("chromium is not installed (apt-get install -y chromium)")
+	return ""
+}
+
+// TestDashboardInChromium loads the dashboard in a real headless Chromium:
+// the page shows the store's counts and oldest pending age, lists the dead
+// letters with their errors and attempts, and a click on Requeue makes the
+// store show the message PENDING.
+func TestDashboardInChromium(t *testing.T) {
+	t.Parallel()
+	exe := chromium(t)
+	f := newFixture(t)
+
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(f.ctx, opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelT()
+
+	stats, err := f.store.TopicStats(f.ctx, outbox.TopicStatsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := f.dead[1]
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	text := func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Text(css(sel)))
+		if err != nil {
+			t.Fatalf("chromium: text of %s: %v", sel, err)
+		}
+		return v
+	}
+	eval := func(js string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+		if err != nil {
+			t.Fatalf("chromium: %s: %v", js, err)
+		}
+		return v
+	}
+	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	if _, err := chromedp.Call(ctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": token}}); err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(f.srv.URL+"/ops/"),
+		chromedp.WaitVisible(css(`body[data-loaded="true"]`)),
+	)
+	if err != nil {
+		t.Fatalf("chromium: load: %v", err)
+	}
+	ordersFailed := text(`#stats tr[data-topic="orders"] td[data-status="FAILED"]`)
+	ordersPending := text(`#stats tr[data-topic="orders"] td[data-status="PENDING"]`)
+	smsFailed := text(`#stats tr[data-topic="sms"] td[data-status="FAILED"]`)
+	ageSeconds := eval(`document.querySelector('#stats tr[data-topic="orders"] td[data-age]').dataset.age`)
+	deadRows := eval(`String(document.querySelectorAll("#dead tbody tr").length)`)
+	errText := text(`#dead tr[data-id="` + target.ID + `"] td.err`)
+	// A message's attempt history.
+	err = chromedp.Do(ctx,
+		chromedp.Click(css(`button.show[data-id="`+target.ID+`"]`)),
+		chromedp.WaitVisible(css(`#attempts tbody tr`)),
+	)
+	if err != nil {
+		t.Fatalf("chromium: attempts: %v", err)
+	}
+	detailRows := eval(`String(document.querySelectorAll("#attempts tbody tr").length)`)
+	detailOutcome := text(`#attempts tbody tr td:nth-child(2)`)
+	want := func(what, got string, n int64) {
+		t.Helper()
+		if got != strconv.FormatInt(n, 10) {
+			t.Errorf("%s shows %q, the store has %d", what, got, n)
+		}
+	}
+	want("orders FAILED", ordersFailed, stats[0].Counts[outbox.StatusFailed])
+	want("orders PENDING", ordersPending, stats[0].Counts[outbox.StatusPending])
+	want("sms FAILED", smsFailed, stats[1].Counts[outbox.StatusFailed])
+	want("dead-letter rows", deadRows, stats[0].Counts[outbox.StatusFailed]+stats[1].Counts[outbox.StatusFailed])
+	if age, err := strconv.ParseFloat(ageSeconds, 64); err != nil || age < 0 || age > time.Hour.Seconds() {
+		t.Errorf("oldest pending age of orders: %q, want the seconds since the fixture was built", ageSeconds)
+	}
+	if errText != "http_400: refused by the provider" {
+		t.Errorf("the dead letter's error shows %q", errText)
+	}
+	if detailRows != "1" || detailOutcome != "FAILED" {
+		t.Errorf("attempt history: %s rows, outcome %q; want 1 FAILED", detailRows, detailOutcome)
+	}
+
+	// Requeue from the page; the store shows the message PENDING, and the
+	// page drops it from the dead letters.
+	if f.status("", target.ID) != outbox.StatusFailed {
+		t.Fatal("the target is not FAILED before the click")
+	}
+	err = chromedp.Do(ctx,
+		chromedp.Click(css(`button.requeue[data-id="`+target.ID+`"]`)),
+		chromedp.WaitNotPresent(css(`#dead tr[data-id="`+target.ID+`"]`)),
+	)
+	if err != nil {
+		t.Fatalf("chromium: requeue: %v", err)
+	}
+	notice := text(`#notice`)
+	if st := f.status("", target.ID); st != outbox.StatusPending {
+		t.Fatalf("after the click the store shows %s, want PENDING", st)
+	}
+	if notice == "" {
+		t.Error("the page confirmed nothing after the requeue")
+	}
+	for _, m := range []outbox.Message{f.dead[0], f.dead[2]} {
+		if st := f.status("", m.ID); st != outbox.StatusFailed {
+			t.Errorf("%s is %s: the click requeued more than its message", m.ID, st)
+		}
+	}
+}
