@@ -16,8 +16,8 @@ import (
 const MaxClaimLimit = 10000
 
 // MessageClaim leases up to p.Limit due rows: status PROCESSING,
-// processed_at = the database's NOW() (p.Now is not used). It shares the limit between the tables (taking
-// turns to start, so neither starves) and returns the rows ordered by
+// processed_at = the database's NOW() (p.Now is not used). The tables take
+// turns to go first (so neither starves), and it returns the rows ordered by
 // table, then created_at and id.
 func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
 	if p.Limit <= 0 || p.Limit > MaxClaimLimit {
@@ -36,14 +36,15 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	s.mu.Unlock()
 	order := append(append([]*table{}, tables[first:]...), tables[:first]...)
 
+	// The tables take turns to go first, each taking what the limit leaves:
+	// one statement per table and claim, and neither starves.
 	var out []outbox.Message
-	remaining := p.Limit
-	for i, t := range order {
-		limit := remaining
-		if i < len(order)-1 {
-			limit = max(remaining/(len(order)-i), 1)
+	for _, t := range order {
+		remaining := p.Limit - len(out)
+		if remaining == 0 {
+			break
 		}
-		msgs, err := s.claim(ctx, t, limit, p.Owner)
+		msgs, err := s.claim(ctx, t, remaining, p.Owner)
 		if err != nil {
 			if len(out) > 0 {
 				// Rows already claimed are committed: hand them out.
@@ -53,25 +54,6 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 			return nil, err
 		}
 		out = append(out, msgs...)
-		remaining = p.Limit - len(out)
-		if remaining == 0 {
-			break
-		}
-	}
-	// A second round gives what one table left unused to the other.
-	if remaining > 0 && len(order) > 1 && len(out) > 0 {
-		for _, t := range order {
-			msgs, err := s.claim(ctx, t, remaining, p.Owner)
-			if err != nil {
-				s.log.WarnContext(ctx, "seedstore: claim failed", "table", t.raw, "err", err)
-				break
-			}
-			out = append(out, msgs...)
-			remaining = p.Limit - len(out)
-			if remaining == 0 {
-				break
-			}
-		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Topic != out[j].Topic {

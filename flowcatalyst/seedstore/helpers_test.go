@@ -56,7 +56,7 @@ type bundle struct {
 // setup connects to PostgreSQL, creates a fresh schema holding the seed's
 // tables (by plain SQL, as an application would) and returns a Store over
 // them. The schema is dropped when the test ends.
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	dsn, why := testbackend.Lookup("OUTBOXKIT_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "127.0.0.1:5432")
 	if dsn == "" {
@@ -145,7 +145,7 @@ func (b *bundle) row(t *testing.T, topic, id string) seedRow {
 	return r
 }
 
-func (b *bundle) exec(t *testing.T, q string, args ...any) {
+func (b *bundle) exec(t testing.TB, q string, args ...any) {
 	t.Helper()
 	if _, err := b.db.Exec(q, args...); err != nil {
 		t.Fatalf("%s: %v", q, err)

@@ -31,9 +31,13 @@ func buildStatements(t string) statements {
 		//   cand:  up to $2 PENDING rows per picked group, in order,
 		//          row-locked (rows another claimer holds are skipped);
 		//   kept:  a group's rows up to its first row not yet due;
-		//   valid: a group's kept rows only when they are exactly its
-		//          unfinished rows up to the last of them (nothing earlier
-		//          is held by another claimer, skipped or PROCESSING).
+		//   valid: a group's kept rows only when those before the last
+		//          created_at are exactly its unfinished rows before it
+		//          (nothing earlier is held by another claimer, skipped or
+		//          PROCESSING). Rows of a group with equal created_at have
+		//          no order (as in the seed's ORDER BY message_group,
+		//          created_at); walking the index by created_at alone
+		//          keeps every step an index range scan.
 		// $3: whether NULL message_group rows form a group of their own.
 		claim: q(`WITH RECURSIVE grp(g) AS (
 	(SELECT message_group FROM {T} WHERE status = 'PENDING' AND message_group IS NOT NULL ORDER BY message_group LIMIT 1)
@@ -46,7 +50,7 @@ func buildStatements(t string) statements {
 	FROM grp CROSS JOIN LATERAL (
 		SELECT t.created_at, t.id, t.processed_at FROM {T} t
 		WHERE t.status = 'PENDING' AND t.message_group = grp.g
-		ORDER BY t.created_at, t.id LIMIT 1) h
+		ORDER BY t.created_at LIMIT 1) h
 	WHERE grp.g IS NOT NULL AND (h.processed_at IS NULL OR h.processed_at <= {NOW})
 		AND NOT EXISTS (SELECT 1 FROM {T} b WHERE b.status = 'PROCESSING' AND b.message_group = grp.g)
 	UNION ALL
@@ -54,7 +58,7 @@ func buildStatements(t string) statements {
 		(SELECT count(*) FROM (SELECT 1 FROM {T} a WHERE a.status = 'PENDING' AND a.message_group IS NULL LIMIT $2) x)
 	FROM (SELECT t.created_at, t.id, t.processed_at FROM {T} t
 		WHERE $3::boolean AND t.status = 'PENDING' AND t.message_group IS NULL
-		ORDER BY t.created_at, t.id LIMIT 1) h
+		ORDER BY t.created_at LIMIT 1) h
 	WHERE (h.processed_at IS NULL OR h.processed_at <= {NOW})
 		AND NOT EXISTS (SELECT 1 FROM {T} b WHERE b.status = 'PROCESSING' AND b.message_group IS NULL)
 ), pick AS (
@@ -66,14 +70,14 @@ func buildStatements(t string) statements {
 	SELECT r.id, r.message_group, r.created_at, r.processed_at FROM pick CROSS JOIN LATERAL (
 		SELECT t.id, t.message_group, t.created_at, t.processed_at FROM {T} t
 		WHERE t.status = 'PENDING' AND t.message_group = pick.g
-		ORDER BY t.created_at, t.id LIMIT $2
+		ORDER BY t.created_at LIMIT $2
 		FOR UPDATE SKIP LOCKED) r
 	WHERE NOT pick.nullg
 	UNION ALL
 	SELECT r.id, r.message_group, r.created_at, r.processed_at FROM (
 		SELECT t.id, t.message_group, t.created_at, t.processed_at FROM {T} t
 		WHERE t.status = 'PENDING' AND t.message_group IS NULL
-		ORDER BY t.created_at, t.id LIMIT $2
+		ORDER BY t.created_at LIMIT $2
 		FOR UPDATE SKIP LOCKED) r
 	WHERE EXISTS (SELECT 1 FROM pick WHERE pick.nullg)
 ), kept AS (
@@ -83,18 +87,14 @@ func buildStatements(t string) statements {
 		FROM cand c) d
 	WHERE ok
 ), last AS (
-	SELECT message_group AS g, count(*) AS n,
-		(array_agg(created_at ORDER BY created_at DESC, id DESC))[1] AS lc,
-		(array_agg(id ORDER BY created_at DESC, id DESC))[1] AS lid
-	FROM kept GROUP BY message_group
+	SELECT message_group AS g, max(created_at) AS lc FROM kept GROUP BY message_group
 ), valid AS (
 	SELECT k.id, k.created_at FROM kept k JOIN last l ON l.g IS NOT DISTINCT FROM k.message_group
-	WHERE l.n = CASE WHEN l.g IS NULL THEN
-		(SELECT count(*) FROM {T} b WHERE b.status IN ('PENDING', 'PROCESSING') AND b.message_group IS NULL
-			AND b.created_at <= l.lc AND (b.created_at, b.id) <= (l.lc, l.lid))
+	WHERE (SELECT count(*) FROM kept k2 WHERE k2.message_group IS NOT DISTINCT FROM l.g AND k2.created_at < l.lc) =
+	CASE WHEN l.g IS NULL THEN
+		(SELECT count(*) FROM {T} b WHERE b.status IN ('PENDING', 'PROCESSING') AND b.message_group IS NULL AND b.created_at < l.lc)
 	ELSE
-		(SELECT count(*) FROM {T} b WHERE b.status IN ('PENDING', 'PROCESSING') AND b.message_group = l.g
-			AND b.created_at <= l.lc AND (b.created_at, b.id) <= (l.lc, l.lid))
+		(SELECT count(*) FROM {T} b WHERE b.status IN ('PENDING', 'PROCESSING') AND b.message_group = l.g AND b.created_at < l.lc)
 	END
 	ORDER BY k.created_at, k.id
 	LIMIT $1

@@ -514,3 +514,37 @@ func TestDeferredReleaseWaitsAndCountsNoRetry(t *testing.T) {
 		t.Fatalf("claimed %v at the due time, want [head next]", got)
 	}
 }
+
+// Rows of a group with the same created_at have no order (as in the seed):
+// a claim that cuts through them must still make progress.
+func TestClaimProgressesThroughEqualCreatedAt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	st, err := seedstore.New(b.db, seedstore.Options{EventsTable: b.opts.EventsTable, DispatchJobsTable: b.opts.DispatchJobsTable, MaxClaimPerGroup: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := b.insert(t, "EVENT", "G", `{}`, t0.Add(-time.Second))
+	for range 5 {
+		b.insert(t, "EVENT", "G", `{}`, t0)
+	}
+	after := b.insert(t, "EVENT", "G", `{}`, t0.Add(time.Second))
+	var order []string
+	for range 10 {
+		msgs := claim(t, st, 10, time.Now())
+		if len(msgs) == 0 {
+			break
+		}
+		var sent []outbox.SentOutcome
+		for _, m := range msgs {
+			order = append(order, m.ID)
+			sent = append(sent, outbox.SentOutcome{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts})
+		}
+		if res, err := st.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: "p1", Sent: sent}); err != nil || len(res.LeaseLost) > 0 {
+			t.Fatalf("finish: %v, lost %v", err, res.LeaseLost)
+		}
+	}
+	if len(order) != 7 || order[0] != before || order[6] != after {
+		t.Fatalf("claimed %v, want all 7 rows, %s first and %s last", order, before, after)
+	}
+}

@@ -1,0 +1,151 @@
+package seedstore_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outboxkit/flowcatalyst"
+	"github.com/outboxkit/outboxkit/flowcatalyst/flowcatalysttest"
+	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore"
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// BenchmarkThroughput measures the processor end to end on PostgreSQL:
+// 10,000 rows in 100 groups written by plain SQL, sent to the fake
+// FlowCatalyst over HTTP with api-batch-size 100 (seed 004's defaults
+// otherwise), with and without 20% of requests failing with 503. It reports
+// rows/s; BenchmarkFakeServerCapacity reports the fake server's own limit.
+//
+//	go test -run '^$' -bench Throughput -benchtime 1x ./flowcatalyst/seedstore/
+func BenchmarkThroughput(b *testing.B) {
+	for _, failPct := range []int{0, 20} {
+		b.Run(fmt.Sprintf("503s=%d%%", failPct), func(b *testing.B) {
+			for range b.N {
+				rate := throughputRun(b, failPct)
+				b.ReportMetric(rate, "rows/s")
+			}
+		})
+	}
+}
+
+func throughputRun(b *testing.B, failPct int) float64 {
+	bd := setup(b)
+	const rows, groups = 10000, 100
+	bd.exec(b, `INSERT INTO `+bd.table("EVENT")+` (id, type, message_group, payload, status, retry_count, created_at)
+SELECT 'R' || i, 'EVENT', 'group-' || (i % $1), '{"type":"order.created","source":"bench","data":{"n":' || i || '}}', 'PENDING', 0,
+	now() - interval '1 hour' + i * interval '1 millisecond'
+FROM generate_series(1, $2) AS i`, groups, rows)
+	srv := flowcatalysttest.NewServer()
+	defer srv.Close()
+	var n atomic.Int64
+	srv.OnRequest(func(*flowcatalysttest.Request) *flowcatalysttest.Response {
+		if failPct > 0 && int(n.Add(1)%100) < failPct {
+			return &flowcatalysttest.Response{Status: 503, Body: []byte(`{"error":"injected"}`)}
+		}
+		return nil
+	})
+	pub, err := flowcatalyst.New(flowcatalyst.Config{BaseURL: srv.URL, BatchSize: 100, ChargeEveryItem: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := outbox.Config{
+		PollInterval: time.Second, PollBatchSize: 500, PublishBatchSize: 100, MaxConcurrentGroups: 10, BufferSize: 1000,
+		ProcessingTimeout: 5 * time.Minute, RecoveryInterval: time.Minute, DrainTimeout: 5 * time.Second,
+		MaxAttempts: 20, Backoff: outbox.Backoff{Schedule: []time.Duration{10 * time.Millisecond}},
+	}
+	ts := &timedStore{Store: bd.store}
+	p, err := outbox.NewProcessor(ts, pub, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- p.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var left int
+		if err := bd.db.QueryRow(`SELECT count(*) FROM ` + bd.table("EVENT") + ` WHERE status <> 'COMPLETED'`).Scan(&left); err != nil {
+			b.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d rows not COMPLETED after 5 minutes", left)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	cancel()
+	<-done
+	b.ReportMetric(float64(ts.claimNs.Load())/1e6/float64(max(ts.claims.Load(), 1)), "ms/claim")
+	b.ReportMetric(float64(ts.claims.Load()), "claims")
+	b.ReportMetric(float64(ts.finishNs.Load())/1e6/float64(max(ts.finishes.Load(), 1)), "ms/finish")
+	return rows / elapsed.Seconds()
+}
+
+// timedStore adds up the time spent claiming and finishing.
+type timedStore struct {
+	*seedstore.Store
+	claims, claimNs, finishes, finishNs atomic.Int64
+}
+
+func (s *timedStore) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
+	t := time.Now()
+	defer func() { s.claims.Add(1); s.claimNs.Add(int64(time.Since(t))) }()
+	return s.Store.MessageClaim(ctx, p)
+}
+
+func (s *timedStore) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
+	t := time.Now()
+	defer func() { s.finishes.Add(1); s.finishNs.Add(int64(time.Since(t))) }()
+	return s.Store.MessageFinish(ctx, p)
+}
+
+// BenchmarkFakeServerCapacity measures the fake FlowCatalyst alone: 10
+// concurrent clients posting 100-item requests; items/s.
+func BenchmarkFakeServerCapacity(b *testing.B) {
+	srv := flowcatalysttest.NewServer()
+	defer srv.Close()
+	var items []string
+	for i := range 100 {
+		items = append(items, fmt.Sprintf(`{"type":"order.created","source":"bench","data":{"n":%d}}`, i))
+	}
+	body := []byte(`{"items":[` + strings.Join(items, ",") + `]}`)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 10}}
+	const total = 200
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		var wg sync.WaitGroup
+		var next atomic.Int64
+		for range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next.Add(1) <= total {
+					resp, err := client.Post(srv.URL+flowcatalyst.CurrentAPI.EventsPath, "application/json", bytes.NewReader(body))
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					resp.Body.Close()
+					if resp.StatusCode >= 300 {
+						b.Errorf("status %d", resp.StatusCode)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		b.ReportMetric(float64(total*100)/time.Since(start).Seconds(), "items/s")
+	}
+}
