@@ -41,7 +41,7 @@ func newKafka() (*broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	producer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...)) // idempotent, acks=all
+	producer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ProducerLinger(0)) // idempotent, acks=all
 	if err != nil {
 		cluster.Close()
 		return nil, err

@@ -9,7 +9,7 @@
 // record of a group is produced while an earlier one of the group is
 // unresolved.
 //
-//	cl, err := kgo.NewClient(kgo.SeedBrokers("localhost:9092")) // idempotent, acks=all by default
+//	cl, err := kgo.NewClient(kgo.SeedBrokers("localhost:9092"), kgo.ProducerLinger(0)) // idempotent, acks=all by default
 //	...
 //	pub, err := outboxkafka.New(outboxkafka.Config{Client: cl, TopicPrefix: "outbox."})
 //	...

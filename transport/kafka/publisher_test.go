@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -178,9 +179,19 @@ func TestPublishRecords(t *testing.T) {
 	if string(r.Value) != `{"k":0}` {
 		t.Errorf("value %s", r.Value)
 	}
-	// The provider ID names the record where it was written.
+	// The provider ID and response name the record where it was written.
 	if res[0].ProviderMessageID != fmt.Sprintf("outbox.orders/%d/%d", r.Partition, r.Offset) {
 		t.Errorf("provider ID %s, record at %d/%d", res[0].ProviderMessageID, r.Partition, r.Offset)
+	}
+	var resp struct {
+		Topic     string
+		Partition int32
+		Offset    int64
+		Timestamp time.Time
+	}
+	if err := json.Unmarshal(res[0].ProviderResponse, &resp); err != nil || resp.Topic != "outbox.orders" ||
+		resp.Partition != r.Partition || resp.Offset != r.Offset || !resp.Timestamp.Equal(r.Timestamp) {
+		t.Errorf("provider response %s (%v), record at %d/%d %s", res[0].ProviderResponse, err, r.Partition, r.Offset, r.Timestamp)
 	}
 	u := byID["u-0"]
 	if u == nil || u.Key != nil {
