@@ -15,9 +15,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
+	"github.com/outboxkit/outboxkit/internal/redact"
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -214,7 +214,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox
 	for i := range msgs {
 		path := p.api.path(msgs[i].Topic)
 		if path == "" {
-			out[i].Err = outbox.Permanent("unknown_topic", fmt.Sprintf("topic %q has no FlowCatalyst endpoint", sanitize(msgs[i].Topic, 60)))
+			out[i].Err = outbox.Permanent("unknown_topic", fmt.Sprintf("topic %q has no FlowCatalyst endpoint", redact.Printable(msgs[i].Topic, 60)))
 			continue
 		}
 		if !json.Valid(msgs[i].Payload) {
@@ -310,14 +310,14 @@ func (p *Publisher) send(ctx context.Context, path string, msgs []outbox.Message
 				failAll(notAttempted(ctx.Err()))
 				return
 			}
-			failAll(&outbox.PublishError{Code: "token", Message: sanitize(err.Error(), 500), Err: err})
+			failAll(&outbox.PublishError{Code: "token", Message: redact.Printable(err.Error(), 500), Err: err})
 			return
 		}
 		token = t
 	}
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, endpoint, bytes.NewReader(body))
 	if err != nil {
-		failAll(outbox.Permanent("bad_request", "cannot build the request: "+sanitize(err.Error(), 200)))
+		failAll(outbox.Permanent("bad_request", "cannot build the request: "+redact.Printable(err.Error(), 200)))
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
@@ -339,7 +339,7 @@ func (p *Publisher) send(ctx context.Context, path string, msgs []outbox.Message
 		if code != "canceled" {
 			p.log.WarnContext(ctx, "flowcatalyst request failed", "path", path, "items", len(idx), "code", code, "duration", time.Since(started))
 		}
-		failAll(&outbox.PublishError{Code: code, Message: "POST " + path + ": " + redact(transportMessage(err), token), Err: ctx.Err()})
+		failAll(&outbox.PublishError{Code: code, Message: "POST " + path + ": " + redact.Secrets(transportMessage(err), token), Err: ctx.Err()})
 		return
 	}
 	defer drainClose(resp.Body)
@@ -352,7 +352,7 @@ func (p *Publisher) send(ctx context.Context, path string, msgs []outbox.Message
 	}
 	// An error response: read the envelope for the message.
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
-	detail := errorDetail([]byte(redact(string(raw), token)))
+	detail := errorDetail([]byte(redact.Secrets(string(raw), token)))
 	msg := fmt.Sprintf("POST %s: HTTP %d", path, status)
 	if detail != "" {
 		msg += ": " + detail
@@ -368,7 +368,7 @@ func (p *Publisher) send(ctx context.Context, path string, msgs []outbox.Message
 		}
 		failAll(outbox.Retryable(code, msg))
 	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
-		failAll(outbox.RetryAfter(parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), code, msg))
+		failAll(outbox.RetryAfter(redact.RetryAfter(resp.Header.Get("Retry-After"), time.Now(), maxRetryAfter), code, msg))
 	default:
 		failAll(outbox.Retryable(code, msg))
 	}
@@ -391,7 +391,7 @@ func (p *Publisher) readSuccess(rctx, ctx context.Context, path string, resp *ht
 		if rctx.Err() != nil && ctx.Err() == nil {
 			code = "timeout"
 		}
-		err = &outbox.PublishError{Code: code, Message: "POST " + path + ": reading the response: " + redact(transportMessage(err), token), Err: ctx.Err()}
+		err = &outbox.PublishError{Code: code, Message: "POST " + path + ": reading the response: " + redact.Secrets(transportMessage(err), token), Err: ctx.Err()}
 	case len(raw) > maxResponseBytes:
 		err = outbox.Retryable("bad_response", fmt.Sprintf("POST %s: the response is larger than %d bytes", path, maxResponseBytes))
 	default:
@@ -416,22 +416,22 @@ func (p *Publisher) readSuccess(rctx, ctx context.Context, path string, resp *ht
 	}
 	for j, i := range idx {
 		r := results[j]
-		res := outbox.Result{ProviderMessageID: redact(r.ID, token), ProviderResponse: json.RawMessage(redact(string(rawResults[j]), token))}
+		res := outbox.Result{ProviderMessageID: redact.Secrets(r.ID, token), ProviderResponse: json.RawMessage(redact.Secrets(string(rawResults[j]), token))}
 		switch {
 		case r.Status.Sent():
 		case r.Status.Permanent():
 			res.Err = outbox.Permanent(string(r.Status), itemMessage(r, token))
 		default:
-			res.Err = outbox.Retryable(sanitize(redact(string(r.Status), token), 40), itemMessage(r, token))
+			res.Err = outbox.Retryable(redact.Printable(redact.Secrets(string(r.Status), token), 40), itemMessage(r, token))
 		}
 		out[i] = res
 	}
 }
 
 func itemMessage(r ItemResult, token string) string {
-	s := "item " + sanitize(redact(string(r.Status), token), 40)
+	s := "item " + redact.Printable(redact.Secrets(string(r.Status), token), 40)
 	if r.Error != "" {
-		s += ": " + sanitize(redact(r.Error, token), 500)
+		s += ": " + redact.Printable(redact.Secrets(r.Error, token), 500)
 	}
 	return s
 }
@@ -463,7 +463,7 @@ func parseResults(raw []byte, n int) (results []ItemResult, rawResults []json.Ra
 			return nil, nil, true, fmt.Errorf("result %d has no status", i)
 		}
 		if !utf8.ValidString(results[i].ID) || len(results[i].ID) > outbox.MaxKeyLength {
-			results[i].ID = sanitize(results[i].ID, outbox.MaxKeyLength)
+			results[i].ID = redact.Printable(results[i].ID, outbox.MaxKeyLength)
 		}
 	}
 	return results, rawResults, true, nil
@@ -500,43 +500,16 @@ func (p *Publisher) encode(msgs []outbox.Message, idx []int) []byte {
 func errorDetail(raw []byte) string {
 	var e ErrorResponse
 	if json.Unmarshal(raw, &e) == nil && (e.Error != "" || e.Message != "") {
-		s := sanitize(e.Error, 100)
+		s := redact.Printable(e.Error, 100)
 		if e.Message != "" {
 			if s != "" {
 				s += ": "
 			}
-			s += sanitize(e.Message, 400)
+			s += redact.Printable(e.Message, 400)
 		}
 		return s
 	}
-	return sanitize(string(raw), 200)
-}
-
-// parseRetryAfter reads a Retry-After header (seconds or an HTTP date); 0
-// means absent or unreadable (the backoff applies).
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	var d time.Duration
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n <= 0 {
-			return 0
-		}
-		if n > int64(maxRetryAfter/time.Second) {
-			return maxRetryAfter
-		}
-		d = time.Duration(n) * time.Second
-	} else if t, err := http.ParseTime(v); err == nil {
-		d = t.Sub(now)
-		if d <= 0 {
-			return 0
-		}
-	} else {
-		return 0
-	}
-	return min(d, maxRetryAfter)
+	return redact.Printable(string(raw), 200)
 }
 
 func isTimeout(err error) bool {
@@ -551,34 +524,7 @@ func transportMessage(err error) string {
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
-	return sanitize(err.Error(), 300)
-}
-
-// sanitize keeps s printable and at most n bytes.
-func sanitize(s string, n int) string {
-	s = strings.ToValidUTF8(s, "?")
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
-	s = strings.TrimSpace(s)
-	if len(s) > n {
-		for n > 0 && !utf8.RuneStart(s[n]) {
-			n--
-		}
-		s = s[:n] + "…"
-	}
-	return s
-}
-
-// redact removes the token from s (a server could echo it back).
-func redact(s, token string) string {
-	if len(token) >= 4 {
-		s = strings.ReplaceAll(s, token, "[redacted]")
-	}
-	return s
+	return redact.Printable(err.Error(), 300)
 }
 
 func drainClose(rc io.ReadCloser) {

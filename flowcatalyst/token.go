@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxkit/outboxkit/internal/redact"
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -189,8 +190,8 @@ func (c *ClientCredentials) fetch(ctx context.Context) (string, time.Duration, e
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		te := &TokenError{StatusCode: resp.StatusCode, Message: fmt.Sprintf("token endpoint answered HTTP %d", resp.StatusCode)}
 		if jsonErr == nil {
-			te.Code = c.redact(sanitize(tr.Error, 100))
-			te.Description = c.redact(sanitize(tr.ErrorDescription, 300))
+			te.Code = c.redact(redact.Printable(tr.Error, 100))
+			te.Description = c.redact(redact.Printable(tr.ErrorDescription, 300))
 		}
 		return "", 0, te
 	}
@@ -198,7 +199,7 @@ func (c *ClientCredentials) fetch(ctx context.Context) (string, time.Duration, e
 		return "", 0, &TokenError{StatusCode: resp.StatusCode, Message: "token response has no access_token"}
 	}
 	if tr.TokenType != "" && !strings.EqualFold(tr.TokenType, "bearer") {
-		return "", 0, &TokenError{StatusCode: resp.StatusCode, Message: fmt.Sprintf("token type %q is not bearer", sanitize(tr.TokenType, 40))}
+		return "", 0, &TokenError{StatusCode: resp.StatusCode, Message: fmt.Sprintf("token type %q is not bearer", redact.Printable(tr.TokenType, 40))}
 	}
 	return tr.AccessToken, parseExpiresIn(tr.ExpiresIn), nil
 }
@@ -219,12 +220,7 @@ func parseExpiresIn(raw json.RawMessage) time.Duration {
 	return time.Duration(f * float64(time.Second))
 }
 
-func (c *ClientCredentials) redact(s string) string {
-	if c.cfg.ClientSecret != "" {
-		s = strings.ReplaceAll(s, c.cfg.ClientSecret, "[redacted]")
-	}
-	return s
-}
+func (c *ClientCredentials) redact(s string) string { return redact.Secrets(s, c.cfg.ClientSecret) }
 
 // TokenError is returned by ClientCredentials.Token when no token could be
 // had. It never contains the client secret or a token.

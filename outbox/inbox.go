@@ -48,7 +48,7 @@ type InboxPruneParams struct {
 // as the handler's effects, a handler that fails and rolls back leaves no
 // record, and the redelivery runs it again.
 //
-//	inbox := outbox.NewInbox[*sql.Tx](store)
+//	inbox := outbox.NewInbox(store)
 //	err := store.InTx(ctx, func(tx *sql.Tx) error {
 //		_, err := inbox.HandleTx(ctx, tx, "billing", msg.Tenant, msg.ID, func(ctx context.Context) error {
 //			_, err := tx.ExecContext(ctx, `UPDATE accounts SET ...`)

@@ -119,7 +119,7 @@ func (o *Outbox[TTx]) prepare(ctx context.Context, msgs []Message) (MessageEnque
 		}
 		out[i] = m
 	}
-	return MessageEnqueueParams{Messages: out, Now: now}, nil
+	return MessageEnqueueParams{Messages: out, Now: now, Prepared: true}, nil
 }
 
 func (o *Outbox[TTx]) finish(ctx context.Context, res []Enqueued, err error) ([]Enqueued, error) {

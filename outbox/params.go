@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"fmt"
+	"time"
 )
 
 // MaxClaimLimit is the largest MessageClaimParams.Limit a store accepts.
@@ -141,4 +142,31 @@ func requireID(field, id string) error {
 		return invalid(field, "is required")
 	}
 	return nil
+}
+
+// Prepare returns copies of p.Messages ready to insert at the precision of
+// a store (times in UTC truncated to precision): when p.Prepared is false
+// (a direct call, not through Outbox) each message first goes through
+// PrepareMessage with now, so validation and defaults happen exactly once
+// on every path. Two messages with the same ID are refused.
+func (p MessageEnqueueParams) Prepare(now time.Time, precision time.Duration) ([]Message, error) {
+	out := make([]Message, len(p.Messages))
+	ids := make(map[string]int, len(p.Messages))
+	for i := range p.Messages {
+		m := p.Messages[i]
+		if !p.Prepared {
+			if err := PrepareMessage(&m, now); err != nil {
+				return nil, fmt.Errorf("message %d: %w", i, err)
+			}
+		}
+		m.CreatedAt = m.CreatedAt.UTC().Truncate(precision)
+		m.UpdatedAt = m.UpdatedAt.UTC().Truncate(precision)
+		m.NextAttemptAt = m.NextAttemptAt.UTC().Truncate(precision)
+		if j, dup := ids[m.ID]; dup {
+			return nil, fmt.Errorf("message %d: %w", i, invalid("ID", fmt.Sprintf("repeats the ID of message %d", j)))
+		}
+		ids[m.ID] = i
+		out[i] = m
+	}
+	return out, nil
 }

@@ -127,11 +127,16 @@ type MessageCountParams struct {
 	AllTenants bool
 }
 
-// MessageEnqueueParams carries messages to insert. Adapters call
-// PrepareMessage on each.
+// MessageEnqueueParams carries messages to insert. Adapters call Prepare,
+// which validates and completes them only when the caller did not:
+// Outbox[TTx] prepares every message once (PrepareMessage, then its
+// Policy) and sets Prepared, so adapters receive prepared messages.
 type MessageEnqueueParams struct {
 	Messages []Message
 	Now      time.Time
+	// Prepared reports that every message went through PrepareMessage
+	// (Outbox sets it). A direct caller leaves it false.
+	Prepared bool
 }
 
 // Outcome kinds for MessageFinish. Every outcome names its message by ID

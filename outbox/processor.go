@@ -370,12 +370,11 @@ const (
 )
 
 type outcome struct {
-	msg       Message
-	kind      outcomeKind
-	res       Result
-	started   time.Time
-	nextAt    time.Time
-	finishedT time.Time
+	msg     Message
+	kind    outcomeKind
+	res     Result
+	started time.Time
+	nextAt  time.Time
 }
 
 type finishBatch struct {

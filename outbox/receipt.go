@@ -65,7 +65,7 @@ func ApplyReceipt(m Message, r Receipt) (Message, bool, error) {
 	}
 	at := r.At
 	if at.IsZero() {
-		at = time.Now().UTC()
+		at = SystemClock.Now() // stores stamp At with their own Clock first
 	}
 	changed := false
 	if to != m.Status {

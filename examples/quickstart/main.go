@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -53,7 +52,7 @@ func run() error {
 	}
 	fmt.Println("database:", path)
 
-	ob := outbox.New[*sql.Tx](store, outbox.Options{})
+	ob := outbox.New(store, outbox.Options{})
 	placeOrder := func(id int, item string, commit bool) error {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -245,26 +244,11 @@ func (s *Store) MessageEnqueueTx(ctx context.Context, tx *sql.Tx, p outbox.Messa
 	return out, nil
 }
 
-// prepare validates and completes copies of the messages (outbox.Outbox
-// already did; a direct caller may not have), with times at the stored
-// precision.
+// prepare returns the messages ready to insert: prepared by outbox.Outbox
+// already, or here for a direct caller (p.Prepare), with times at the
+// stored precision (the microsecond).
 func (s *Store) prepare(p outbox.MessageEnqueueParams) ([]outbox.Message, error) {
-	now := s.now(p.Now)
-	out := make([]outbox.Message, len(p.Messages))
-	for i := range p.Messages {
-		m := p.Messages[i]
-		if err := outbox.PrepareMessage(&m, now); err != nil {
-			return nil, fmt.Errorf("message %d: %w", i, err)
-		}
-		m.NextAttemptAt = s.now(m.NextAttemptAt)
-		if len(m.Headers) > 0 {
-			if _, err := json.Marshal(m.Headers); err != nil {
-				return nil, fmt.Errorf("message %d: %w", i, outbox.InvalidParam("Headers", err.Error()))
-			}
-		}
-		out[i] = m
-	}
-	return out, nil
+	return p.Prepare(s.now(p.Now), time.Microsecond)
 }
 
 // MessageClaim implements outbox.Store: it checks p, then leases up to

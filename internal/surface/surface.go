@@ -5,6 +5,7 @@ package surface
 
 import (
 	"context"
+	"database/sql"
 
 	"github.com/outboxkit/outboxkit/internal/migrations"
 	"github.com/outboxkit/outboxkit/outbox"
@@ -24,9 +25,6 @@ type Store[TTx any] interface {
 	InTx(ctx context.Context, fn func(tx TTx) error) error
 	// MessageListTx is MessageList in the caller's transaction.
 	MessageListTx(ctx context.Context, tx TTx, p outbox.MessageListParams) (outbox.MessagePage, error)
-	// Notify wakes the Wakeups listeners.
-	Notify()
-
 	// Migrate applies every embedded migration not yet applied.
 	Migrate(ctx context.Context) error
 	// MigrateTo moves the schema up or down to a version (0: nothing).
@@ -37,7 +35,15 @@ type Store[TTx any] interface {
 	Migrations() []migrations.Migration
 	// SchemaVersion returns the newest applied migration, 0 when none.
 	SchemaVersion(ctx context.Context) (int, error)
+}
 
-	// Close releases what the store owns.
+// SQL is what the database/sql stores (mysql, sqlite) offer besides Store.
+type SQL interface {
+	// DB returns the store's database.
+	DB() *sql.DB
+	// Close closes the Wakeups channels (and the database the store
+	// opened).
 	Close() error
+	// Notify wakes the Wakeups listeners in this process.
+	Notify()
 }

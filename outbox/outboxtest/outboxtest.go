@@ -2,7 +2,7 @@
 // recording publisher, a fake clock, and assertions on what was enqueued
 // (in a transaction or committed) and on a drained store.
 //
-//	ob := outbox.New[*sql.Tx](store, outbox.Options{})
+//	ob := outbox.New(store, outbox.Options{})
 //	tx, _ := db.BeginTx(ctx, nil)
 //	placeOrder(ctx, tx, ob) // your code, enqueues in tx
 //	outboxtest.RequireEnqueuedTx(t, store, tx, outboxtest.Want{Topic: "orders", Count: 1})

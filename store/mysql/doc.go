@@ -12,7 +12,7 @@
 //	if err != nil { ... }
 //	if err := st.Migrate(ctx); err != nil { ... }
 //
-//	ob := outbox.New[*sql.Tx](st, outbox.Options{})
+//	ob := outbox.New(st, outbox.Options{})
 //	err = st.InTx(ctx, func(tx *sql.Tx) error {
 //		// ... business writes in tx ...
 //		_, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Group: orderID, Payload: body})

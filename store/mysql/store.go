@@ -56,10 +56,10 @@ type Store struct {
 }
 
 // Store has the method set of every store (the ports, InTx, MessageListTx
-// and the migration API), and DB.
+// and the migration API), and DB, Close and Notify.
 var (
-	_ surface.Store[*sql.Tx]    = (*Store)(nil)
-	_ interface{ DB() *sql.DB } = (*Store)(nil)
+	_ surface.Store[*sql.Tx] = (*Store)(nil)
+	_ surface.SQL            = (*Store)(nil)
 )
 
 // dialect is how MySQL differs from SQLite in the shared code.

@@ -62,7 +62,7 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	now := s.at(p.Now)
 	owner := text(p.Owner)
 	budget := min(max(4*p.Limit, 1000), 20000)
-	run := min(s.opts.ClaimGroupRun, p.Limit)
+	run := min(s.opts.ClaimPerGroup, p.Limit)
 
 	stmt, fb := s.sql.claimAll, s.sql.claimFallbackAll
 	args := []any{now, owner, p.Limit, budget, run}

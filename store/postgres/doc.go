@@ -10,7 +10,7 @@
 //	pool, _ := pgxpool.New(ctx, dsn)
 //	store, err := postgres.New(pool, postgres.Options{}) // schema public, tables outbox_*
 //	err = store.Migrate(ctx)                             // idempotent, safe from many replicas
-//	ob := outbox.New[pgx.Tx](store, outbox.Options{})
+//	ob := outbox.New(store, outbox.Options{})
 //
 // # Enqueue
 //

@@ -100,7 +100,7 @@ func (s *Store) MessageEnqueueTx(ctx context.Context, tx pgx.Tx, p outbox.Messag
 // SQL returns the enqueuer for database/sql transactions opened on the same
 // database through the pgx stdlib driver (github.com/jackc/pgx/v5/stdlib):
 //
-//	ob := outbox.New[*sql.Tx](store.SQL(), outbox.Options{})
+//	ob := outbox.New(store.SQL(), outbox.Options{})
 //	tx, _ := sqlDB.BeginTx(ctx, nil)
 //	_, err := ob.EnqueueTx(ctx, tx, msg)
 func (s *Store) SQL() *SQLEnqueuer { return &SQLEnqueuer{s: s} }
@@ -130,25 +130,11 @@ func (e *SQLEnqueuer) MessageEnqueueTx(ctx context.Context, tx *sql.Tx, p outbox
 	return e.s.enqueue(ctx, sqlQuery(tx), msgs)
 }
 
-// prepare validates and completes copies of the messages (the core's
-// Outbox already did; a direct caller may not have).
+// prepare returns the messages ready to insert: prepared by outbox.Outbox
+// already, or here for a direct caller (p.Prepare), with times at the
+// stored precision (the microsecond).
 func (s *Store) prepare(p outbox.MessageEnqueueParams) ([]outbox.Message, error) {
-	now := s.at(p.Now)
-	out := make([]outbox.Message, len(p.Messages))
-	ids := make(map[string]int, len(p.Messages))
-	for i := range p.Messages {
-		m := p.Messages[i]
-		if err := outbox.PrepareMessage(&m, now); err != nil {
-			return nil, fmt.Errorf("message %d: %w", i, err)
-		}
-		m.NextAttemptAt = m.NextAttemptAt.Truncate(time.Microsecond)
-		if j, dup := ids[m.ID]; dup {
-			return nil, fmt.Errorf("message %d: %w", i, outbox.InvalidParam("ID", fmt.Sprintf("repeats the ID of message %d", j)))
-		}
-		ids[m.ID] = i
-		out[i] = m
-	}
-	return out, nil
+	return p.Prepare(s.at(p.Now), time.Microsecond)
 }
 
 type tenantKey struct{ tenant, key string }

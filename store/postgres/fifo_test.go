@@ -34,7 +34,7 @@ func TestClaimFIFOConcurrentClaimers(t *testing.T) {
 // check is weaker but sees the claim/outcome races.
 func testClaimFIFO(t *testing.T, concurrent, async bool) {
 	t.Parallel()
-	b := setup(t, func(o *postgres.Options) { o.ClaimGroupRun = 7; o.AsyncCommit = async })
+	b := setup(t, func(o *postgres.Options) { o.ClaimPerGroup = 7; o.AsyncCommit = async })
 	const groups, perGroup, claimers = 40, 50, 6
 	// order[g] = IDs of group g in enqueue order; index of each ID.
 	order := make([][]string, groups)

@@ -5,12 +5,11 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outboxkit/internal/migrations"
 )
 
 //go:embed migrations/*.sql
@@ -19,58 +18,20 @@ var migrationFS embed.FS
 // Migration is one versioned schema change, rendered for the store's schema
 // and table prefix. Users with their own migration tool can apply Up and
 // Down themselves instead of calling Migrate.
-type Migration struct {
-	Version int
-	Name    string
-	Up      string
-	Down    string
-}
+type Migration = migrations.Migration
 
 // Migrations returns every migration of this version of the package, oldest
 // first, rendered for the store's schema and table prefix.
 func (s *Store) Migrations() []Migration {
-	ents, _ := fs.ReadDir(migrationFS, "migrations") // embedded at build time: cannot fail
-	byVersion := map[int]*Migration{}
+	migs, err := migrations.Load(migrationFS, "migrations")
+	if err != nil {
+		return nil // embedded at build time and checked by the tests; Migrate then fails
+	}
 	render := strings.NewReplacer("{{schema}}", s.schema, "{{prefix}}", s.prefix)
-	for _, e := range ents {
-		name := e.Name() // NNN_name.up.sql / NNN_name.down.sql
-		base, dir, ok := cutDirection(name)
-		if !ok {
-			continue
-		}
-		num, rest, _ := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if err != nil {
-			continue
-		}
-		b, _ := migrationFS.ReadFile("migrations/" + name)
-		m := byVersion[v]
-		if m == nil {
-			m = &Migration{Version: v, Name: rest}
-			byVersion[v] = m
-		}
-		if dir == "up" {
-			m.Up = render.Replace(string(b))
-		} else {
-			m.Down = render.Replace(string(b))
-		}
+	for i := range migs {
+		migs[i].Up, migs[i].Down = render.Replace(migs[i].Up), render.Replace(migs[i].Down)
 	}
-	out := make([]Migration, 0, len(byVersion))
-	for _, m := range byVersion {
-		out = append(out, *m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
-	return out
-}
-
-func cutDirection(name string) (base, dir string, ok bool) {
-	if b, found := strings.CutSuffix(name, ".up.sql"); found {
-		return b, "up", true
-	}
-	if b, found := strings.CutSuffix(name, ".down.sql"); found {
-		return b, "down", true
-	}
-	return "", "", false
+	return migs
 }
 
 // Migrate brings the schema up to the latest version: it creates the schema

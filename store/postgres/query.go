@@ -29,11 +29,27 @@ func (s *Store) MessageGet(ctx context.Context, p outbox.MessageGetParams) (outb
 
 // MessageList returns a page of a tenant's messages in Seq order.
 func (s *Store) MessageList(ctx context.Context, p outbox.MessageListParams) (outbox.MessagePage, error) {
-	if p.Status != "" && !p.Status.Valid() {
-		return outbox.MessagePage{}, outbox.InvalidParam("Status", fmt.Sprintf("%q is not a status", string(p.Status)))
+	return s.list(ctx, s.db, p)
+}
+
+// MessageListTx is MessageList inside the caller's transaction tx, so it
+// sees what tx enqueued before it commits (outboxtest.RequireEnqueuedTx uses
+// it).
+func (s *Store) MessageListTx(ctx context.Context, tx pgx.Tx, p outbox.MessageListParams) (outbox.MessagePage, error) {
+	if tx == nil {
+		return outbox.MessagePage{}, outbox.InvalidParam("tx", "is nil")
 	}
-	if p.AfterSeq < 0 {
-		return outbox.MessagePage{}, outbox.InvalidParam("AfterSeq", "must not be negative")
+	return s.list(ctx, tx, p)
+}
+
+// querier is what DB and pgx.Tx offer for reading.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func (s *Store) list(ctx context.Context, q querier, p outbox.MessageListParams) (outbox.MessagePage, error) {
+	if err := p.Validate(); err != nil {
+		return outbox.MessagePage{}, err
 	}
 	limit := p.Limit
 	switch {
@@ -42,7 +58,7 @@ func (s *Store) MessageList(ctx context.Context, p outbox.MessageListParams) (ou
 	case limit > 1000:
 		limit = 1000
 	}
-	r, err := s.db.Query(ctx, s.sql.list, text(p.Tenant), p.AfterSeq, string(p.Status), text(p.Topic), text(p.Group), limit+1)
+	r, err := q.Query(ctx, s.sql.list, text(p.Tenant), p.AfterSeq, string(p.Status), text(p.Topic), text(p.Group), limit+1)
 	if err != nil {
 		return outbox.MessagePage{}, wrapErr("list", err)
 	}

@@ -15,8 +15,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outboxkit/internal/surface"
 	"github.com/outboxkit/outboxkit/outbox"
 )
+
+// DefaultClaimPerGroup is the default of Options.ClaimPerGroup.
+const DefaultClaimPerGroup = 100
 
 // DB is what the store needs from a database handle: *pgxpool.Pool
 // satisfies it (recommended), and so does a *pgx.Conn used by one goroutine
@@ -57,11 +61,11 @@ type Options struct {
 	// it is a *pgxpool.Pool; with any other DB and no Connect, Wakeups
 	// falls back to polling and Elector.Run returns an error.
 	Connect func(ctx context.Context) (*pgx.Conn, error)
-	// ClaimGroupRun caps how many messages of one group a single claim
+	// ClaimPerGroup caps how many messages of one group a single claim
 	// takes (the group's oldest due messages, in order). Larger runs make
 	// bigger publish batches; smaller runs spread a claim over more groups.
-	// Defaults to 100.
-	ClaimGroupRun int
+	// Defaults to DefaultClaimPerGroup.
+	ClaimPerGroup int
 	// AsyncCommit makes claims, outcomes and lease recovery commit without
 	// waiting for their WAL flush (synchronous_commit = off for those
 	// statements only; enqueues, receipts and operator actions stay
@@ -103,11 +107,9 @@ type Store struct {
 	pruned atomic.Int64 // rows pruned since the store last analysed the tables
 }
 
-var (
-	_ outbox.Store            = (*Store)(nil)
-	_ outbox.Enqueuer[pgx.Tx] = (*Store)(nil)
-	_ outbox.Waker            = (*Store)(nil)
-)
+// Store has the method set of every store: the ports, InTx,
+// MessageListTx and the migration API.
+var _ surface.Store[pgx.Tx] = (*Store)(nil)
 
 // New returns a Store over db. It does not touch the database; call Migrate
 // (or apply Migrations with your own tool) before use.
@@ -127,11 +129,11 @@ func New(db DB, opts Options) (*Store, error) {
 	if !identRE.MatchString(opts.TablePrefix) || len(opts.TablePrefix) > 30 {
 		return nil, outbox.InvalidParam("TablePrefix", "must be a lowercase identifier fragment ([a-z_][a-z0-9_]*, at most 30 bytes)")
 	}
-	if opts.ClaimGroupRun < 0 {
-		return nil, outbox.InvalidParam("ClaimGroupRun", "must not be negative")
+	if opts.ClaimPerGroup < 0 {
+		return nil, outbox.InvalidParam("ClaimPerGroup", "must not be negative")
 	}
-	if opts.ClaimGroupRun == 0 {
-		opts.ClaimGroupRun = 100
+	if opts.ClaimPerGroup == 0 {
+		opts.ClaimPerGroup = DefaultClaimPerGroup
 	}
 	if opts.Clock == nil {
 		opts.Clock = outbox.SystemClock
@@ -221,4 +223,31 @@ func wrapErr(op string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("postgres: %s: %w", op, err)
+}
+
+// InTx runs fn in a new transaction of the store's database and commits it
+// when fn returns nil (rolls back otherwise). Messages enqueued in fn with
+// outbox.Outbox.EnqueueTx wake the processors when tx commits (NOTIFY is
+// delivered at commit), unless Options.DisableNotify is set.
+//
+//	err := st.InTx(ctx, func(tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, "UPDATE orders SET ..."); err != nil {
+//			return err
+//		}
+//		_, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Payload: body})
+//		return err
+//	})
+func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return wrapErr("begin", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return wrapErr("commit", err)
+	}
+	return nil
 }

@@ -25,7 +25,7 @@ func TestNewValidatesOptions(t *testing.T) {
 	}
 	pg := testbackend.Postgres(t, 2)
 	for _, o := range []postgres.Options{
-		{Schema: "Bad-Schema"}, {Schema: "x; DROP TABLE y"}, {TablePrefix: `a"b`}, {TablePrefix: strings.Repeat("a", 40)}, {ClaimGroupRun: -1},
+		{Schema: "Bad-Schema"}, {Schema: "x; DROP TABLE y"}, {TablePrefix: `a"b`}, {TablePrefix: strings.Repeat("a", 40)}, {ClaimPerGroup: -1},
 	} {
 		if _, err := postgres.New(pg.Pool, o); !errors.Is(err, outbox.ErrInvalidInput) {
 			t.Errorf("%+v: err = %v, want ErrInvalidInput", o, err)

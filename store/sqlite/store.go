@@ -11,7 +11,7 @@
 //	defer st.Close()
 //	if err := st.Migrate(ctx); err != nil { ... }
 //
-//	ob := outbox.New[*sql.Tx](st, outbox.Options{})
+//	ob := outbox.New(st, outbox.Options{})
 //	err = st.InTx(ctx, func(tx *sql.Tx) error {
 //		// ... business writes in tx ...
 //		_, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Payload: body})
@@ -101,10 +101,10 @@ type Store struct {
 }
 
 // Store has the method set of every store (the ports, InTx, MessageListTx
-// and the migration API), and DB.
+// and the migration API), and DB, Close and Notify.
 var (
-	_ surface.Store[*sql.Tx]    = (*Store)(nil)
-	_ interface{ DB() *sql.DB } = (*Store)(nil)
+	_ surface.Store[*sql.Tx] = (*Store)(nil)
+	_ surface.SQL            = (*Store)(nil)
 )
 
 // dialect is how SQLite differs from MySQL in the shared code.

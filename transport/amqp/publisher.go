@@ -9,11 +9,10 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/outboxkit/outboxkit/internal/redact"
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -278,7 +277,7 @@ func (p *Publisher) publishChunk(ctx context.Context, msgs []outbox.Message, idx
 		}
 		exchange, key, err := p.route(m)
 		if err != nil {
-			out[i].Err = outbox.Permanent("route", "no route for the message: "+sanitize(err.Error(), 300))
+			out[i].Err = outbox.Permanent("route", "no route for the message: "+redact.Printable(err.Error(), 300))
 			continue
 		}
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, p.mandatory, false, publishing(m))
@@ -343,7 +342,7 @@ func (p *Publisher) publishChunk(ctx context.Context, msgs []outbox.Message, idx
 		case returned[msgs[i].ID].ReplyCode != 0:
 			r := returned[msgs[i].ID]
 			out[i].Err = outbox.Permanent("unroutable", fmt.Sprintf("the broker returned the message: %d %s (exchange %q, routing key %q)",
-				r.ReplyCode, sanitize(r.ReplyText, 200), sanitize(r.Exchange, 100), sanitize(r.RoutingKey, 100)))
+				r.ReplyCode, redact.Printable(r.ReplyText, 200), redact.Printable(r.Exchange, 100), redact.Printable(r.RoutingKey, 100)))
 		}
 	}
 }
@@ -437,23 +436,5 @@ func (p *Publisher) describe(err error) string {
 	if len(p.secret) >= 3 {
 		s = strings.ReplaceAll(s, p.secret, "[redacted]")
 	}
-	return sanitize(s, 300)
-}
-
-// sanitize keeps s printable and at most n bytes.
-func sanitize(s string, n int) string {
-	s = strings.ToValidUTF8(s, "?")
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) > n {
-		for n > 0 && !utf8.RuneStart(s[n]) {
-			n--
-		}
-		s = s[:n] + "…"
-	}
-	return s
+	return redact.Printable(s, 300)
 }

@@ -18,9 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
+	"github.com/outboxkit/outboxkit/internal/redact"
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -256,7 +255,7 @@ func (p *Publisher) sendOne(ctx context.Context, m outbox.Message) outbox.Result
 	h := nethttp.Header{}
 	for k, v := range m.Headers {
 		if !validHeaderName(k) || strings.ContainsAny(v, "\r\n\x00") {
-			return outbox.Result{Err: outbox.Permanent("header", fmt.Sprintf("header %q cannot be sent over HTTP", sanitize(k, 100)))}
+			return outbox.Result{Err: outbox.Permanent("header", fmt.Sprintf("header %q cannot be sent over HTTP", redact.Printable(k, 100)))}
 		}
 		switch textproto.CanonicalMIMEHeaderKey(k) {
 		case "Host", "Content-Length", "Transfer-Encoding", "Connection":
@@ -318,7 +317,7 @@ func (p *Publisher) post(ctx context.Context, tenant, key string, body []byte, h
 			if ctx.Err() != nil {
 				return outbox.Result{Err: errors.Join(outbox.ErrNotAttempted, ctx.Err())}
 			}
-			return outbox.Result{Err: outbox.Retryable("secret", fmt.Sprintf("no signing secret for tenant %q", sanitize(tenant, 100)))}
+			return outbox.Result{Err: outbox.Retryable("secret", fmt.Sprintf("no signing secret for tenant %q", redact.Printable(tenant, 100)))}
 		}
 		secret = s
 	}
@@ -375,12 +374,12 @@ func (p *Publisher) post(ctx context.Context, tenant, key string, body []byte, h
 	}
 	code := "http_" + strconv.Itoa(status)
 	msg := fmt.Sprintf("POST %s: HTTP %d", p.where, status)
-	if ex := sanitize(p.redact(string(raw), secret), 200); ex != "" {
+	if ex := redact.Printable(p.redact(string(raw), secret), 200); ex != "" {
 		msg += ": " + ex
 	}
 	switch {
 	case status == nethttp.StatusRequestTimeout || status == nethttp.StatusTooManyRequests || status >= 500:
-		return outbox.Result{Err: outbox.RetryAfter(parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), code, msg)}
+		return outbox.Result{Err: outbox.RetryAfter(redact.RetryAfter(resp.Header.Get("Retry-After"), time.Now(), maxRetryAfter), code, msg)}
 	case status >= 400:
 		return outbox.Result{Err: outbox.Permanent(code, msg)}
 	default:
@@ -390,39 +389,11 @@ func (p *Publisher) post(ctx context.Context, tenant, key string, body []byte, h
 
 // redact removes the secret and the values of Config.Headers from s.
 func (p *Publisher) redact(s string, secret []byte) string {
-	if len(secret) >= 4 {
-		s = strings.ReplaceAll(s, string(secret), "[redacted]")
-	}
+	s = redact.Secrets(s, string(secret))
 	for _, vs := range p.headers {
-		for _, v := range vs {
-			if len(v) >= 4 {
-				s = strings.ReplaceAll(s, v, "[redacted]")
-			}
-		}
+		s = redact.Secrets(s, vs...)
 	}
 	return s
-}
-
-// parseRetryAfter reads a Retry-After header (seconds or an HTTP date); 0
-// means absent or unreadable (the backoff applies).
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n <= 0 {
-			return 0
-		}
-		if n > int64(maxRetryAfter/time.Second) {
-			return maxRetryAfter
-		}
-		return time.Duration(n) * time.Second
-	}
-	if t, err := nethttp.ParseTime(v); err == nil && t.After(now) {
-		return min(t.Sub(now), maxRetryAfter)
-	}
-	return 0
 }
 
 func isTimeout(err error) bool {
@@ -437,7 +408,7 @@ func transportMessage(err error) string {
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
-	return sanitize(err.Error(), 300)
+	return redact.Printable(err.Error(), 300)
 }
 
 // validHeaderName reports whether k is an HTTP token.
@@ -452,23 +423,4 @@ func validHeaderName(k string) bool {
 		}
 	}
 	return true
-}
-
-// sanitize keeps s printable and at most n bytes.
-func sanitize(s string, n int) string {
-	s = strings.ToValidUTF8(s, "?")
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
-	s = strings.TrimSpace(s)
-	if len(s) > n {
-		for n > 0 && !utf8.RuneStart(s[n]) {
-			n--
-		}
-		s = s[:n] + "…"
-	}
-	return s
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outboxkit/outboxkit/internal/redact"
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -228,15 +229,15 @@ func ackResult(ack *jetstream.PubAck) outbox.Result {
 func (p *Publisher) message(m *outbox.Message) (*nats.Msg, error) {
 	subj, err := p.subject(m)
 	if err != nil {
-		return nil, outbox.Permanent("subject", "no subject for the message: "+sanitize(err.Error(), 300))
+		return nil, outbox.Permanent("subject", "no subject for the message: "+redact.Printable(err.Error(), 300))
 	}
 	if !validSubject(subj) {
-		return nil, outbox.Permanent("subject", fmt.Sprintf("%q is not a valid subject to publish to", sanitize(subj, 100)))
+		return nil, outbox.Permanent("subject", fmt.Sprintf("%q is not a valid subject to publish to", redact.Printable(subj, 100)))
 	}
 	h := make(nats.Header, len(m.Headers)+6)
 	for k, v := range m.Headers {
 		if !validHeaderName(k) {
-			return nil, outbox.Permanent("header", fmt.Sprintf("header name %q cannot be sent over NATS", sanitize(k, 100)))
+			return nil, outbox.Permanent("header", fmt.Sprintf("header name %q cannot be sent over NATS", redact.Printable(k, 100)))
 		}
 		h[k] = []string{v}
 	}
@@ -256,7 +257,7 @@ func (p *Publisher) message(m *outbox.Message) (*nats.Msg, error) {
 // classify maps a publish or ack error to an outbox error. beforeSend is
 // true when the client refused the message before sending it.
 func (p *Publisher) classify(err error, beforeSend bool) error {
-	msg := sanitize(err.Error(), 500)
+	msg := redact.Printable(err.Error(), 500)
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders):
@@ -324,22 +325,4 @@ func validHeaderName(k string) bool {
 		}
 	}
 	return true
-}
-
-// sanitize keeps s printable and at most n bytes.
-func sanitize(s string, n int) string {
-	s = strings.ToValidUTF8(s, "?")
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) > n {
-		for n > 0 && !utf8.RuneStart(s[n]) {
-			n--
-		}
-		s = s[:n] + "…"
-	}
-	return s
 }
