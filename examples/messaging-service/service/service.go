@@ -71,6 +71,9 @@ type Config struct {
 	// RedisAddr, when set, keeps 24-hour windows, quotas and inbound
 	// de-duplication in Redis; otherwise in the database.
 	RedisAddr string
+	// RedisPrefix starts the service's Redis keys. Defaults to
+	// "msgsvc:whatsapp:".
+	RedisPrefix string
 	// QuotaPerDay is each organisation's WhatsApp quota per 24 hours.
 	// Defaults to 1000.
 	QuotaPerDay int64
@@ -244,7 +247,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		if err := rc.Ping(ctx).Err(); err != nil {
 			return nil, fmt.Errorf("redis %s: %w", cfg.RedisAddr, err)
 		}
-		state = whatsapp.NewRedisState(rc, whatsapp.RedisOptions{Prefix: "msgsvc:whatsapp:", QuotaOptions: qo})
+		state = whatsapp.NewRedisState(rc, whatsapp.RedisOptions{Prefix: cmpOr(cfg.RedisPrefix, "msgsvc:whatsapp:"), QuotaOptions: qo})
 	} else {
 		st, err := whatsapp.NewSQLState(s.db, whatsapp.SQLOptions{Dialect: whatsapp.Dialect(s.d.name), TablePrefix: "msgsvc_wa_", QuotaOptions: qo})
 		if err != nil {

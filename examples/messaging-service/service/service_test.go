@@ -71,6 +71,7 @@ func newEnv(t *testing.T, db database, fake *fakewa.Server, mod func(*service.Co
 		phones[phoneIDs[org]] = p
 		o := service.Org{ID: org, APIKey: map[string]string{"org-1": key1, "org-2": key2}[org]}
 		o.WhatsApp.PhoneNumberID, o.WhatsApp.AccessToken, o.WhatsApp.AppSecret = phoneIDs[org], p.AccessToken, p.AppSecret
+		o.WhatsApp.VerifyToken = "verify-" + org
 		orgs = append(orgs, o)
 	}
 	if fake == nil {
@@ -633,6 +634,10 @@ func (e *env) testWebhook(t *testing.T) {
 	if r.status != 403 {
 		t.Errorf("verification with a wrong token: %d", r.status)
 	}
+	r = e.do("GET", service.WebhookPath+"?hub.mode=subscribe&hub.verify_token=verify-org-1&hub.challenge=1158201444", "", nil, "X-Org-Id", "org-1")
+	if r.status != 200 || string(r.body) != "1158201444" {
+		t.Errorf("verification: %d %q", r.status, r.body)
+	}
 }
 
 func (e *env) testRetry(t *testing.T) {
@@ -741,18 +746,34 @@ func (e *env) testWindow(t *testing.T) {
 	e.t = t
 	const d = 109
 	e.consent("org-1", d, "GRANTED")
-	text := map[string]any{"dossierId": d, "channel": "WHATSAPP", "to": "+33600000109", "payloadJson": map[string]any{"body": "Your order shipped"}}
+	// A recipient of this run only (window state may outlive it in Redis).
+	to := fmt.Sprintf("+336%08d", time.Now().UnixNano()%100000000)
+	text := map[string]any{"dossierId": d, "channel": "WHATSAPP", "to": to, "payloadJson": map[string]any{"body": "Your order shipped"}}
 	m := e.create("org-1", text, 201)
 	if got := e.waitStatus("org-1", m.ID, "FAILED"); got.ErrorCode == "" {
 		t.Errorf("free-form outside the window: %+v", got)
 	}
 	// The user writes: the 24-hour window opens and free-form text goes.
-	in := fakewa.InboundNotification(phoneIDs["org-1"], "33600000109", "wamid.IN109", "hello", time.Now())
+	in := fakewa.InboundNotification(phoneIDs["org-1"], to[1:], "wamid.IN"+to[1:], "hello", time.Now())
 	if st := e.webhook(in, e.secrets["org-1"]); st != 200 {
 		t.Fatalf("inbound: %d", st)
 	}
 	m2 := e.create("org-1", text, 201)
 	e.waitStatus("org-1", m2.ID, "DELIVERED")
+}
+
+// TestRedisState runs the window and lifecycle tests with 24-hour windows,
+// quotas and inbound de-duplication in Redis (-redis).
+func TestRedisState(t *testing.T) {
+	t.Parallel()
+	addr := testbackend.RedisAddr(t)
+	_, prefix := testbackend.Redis(t) // keys under prefix are deleted at the end
+	e := newEnv(t, newDatabase(t, "sqlite"), nil, func(c *service.Config) {
+		c.RedisAddr = addr
+		c.RedisPrefix = prefix
+	})
+	t.Run("Window", e.testWindow)
+	t.Run("Lifecycle", e.testLifecycle)
 }
 
 func (e *env) testCrossOrg(t *testing.T) {
