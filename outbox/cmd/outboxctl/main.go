@@ -1,0 +1,105 @@
+// Command outboxctl operates an outboxkit store from the command line:
+// schema migrations (and their SQL, for teams that run goose, atlas or
+// flyway), stats with a live view of a draining backlog, listing, bulk
+// requeue of dead letters and pruning.
+//
+//	go install github.com/outboxkit/outboxkit/outbox/cmd/outboxctl@latest
+//
+//	outboxctl migrate up|down|status|sql  --url URL [--prefix P] [--schema S] [--down]
+//	outboxctl stats    --url URL [--tenant T] [--watch] [--interval 2s]
+//	outboxctl list     --url URL [FILTER] [--limit 100] [--after-seq N] [--json]
+//	outboxctl requeue  --url URL [FILTER] [--all] [--dry-run] [--chunk 500]
+//	outboxctl requeue  --url URL --id ID [--tenant T]
+//	outboxctl prune    --url URL --older-than 720h [--chunk 1000]
+//
+// FILTER: --status, --topic, --group, --tenant (comma-separated for
+// several), --error-code, --created-after, --created-before (RFC 3339).
+//
+// URL: postgres://… or postgresql://… (pgx), mysql://user:pass@host:3306/db
+// (MySQL or MariaDB), sqlite:///path/to/file.db or sqlite:relative.db. The
+// URL may also come from OUTBOXCTL_URL. Credentials are never printed.
+//
+// Exit status: 0 on success, 1 when an operation failed, 2 on bad usage
+// (an unknown flag, a bad filter, a bulk requeue without a filter or
+// --all).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage: outboxctl COMMAND --url URL [flags]
+
+commands:
+  migrate up|down|status|sql   apply, remove, show or print the schema migrations
+  stats                        counts by status and oldest pending age per topic (--watch: live)
+  list                         messages of every tenant matching a filter
+  requeue                      dead letters back to PENDING (by filter in chunks, or --id)
+  prune                        delete finished messages older than --older-than
+
+Run "outboxctl COMMAND -h" for a command's flags.
+`
+
+// usageError is bad usage: exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// run runs one command and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	var err error
+	switch args[0] {
+	case "migrate":
+		err = cmdMigrate(ctx, args[1:], stdout)
+	case "stats":
+		err = cmdStats(ctx, args[1:], stdout)
+	case "list":
+		err = cmdList(ctx, args[1:], stdout)
+	case "requeue":
+		err = cmdRequeue(ctx, args[1:], stdout)
+	case "prune":
+		err = cmdPrune(ctx, args[1:], stdout)
+	default:
+		err = usagef("unknown command %q", args[0])
+	}
+	var ue *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errHelp):
+		return 0
+	case errors.As(err, &ue), errors.Is(err, outbox.ErrInvalidInput), errors.Is(err, errFlags):
+		fmt.Fprintln(stderr, "outboxctl:", err)
+		if errors.As(err, &ue) && args[0] != "migrate" && args[0] != "stats" && args[0] != "list" && args[0] != "requeue" && args[0] != "prune" {
+			fmt.Fprint(stderr, usage)
+		}
+		return 2
+	default:
+		fmt.Fprintln(stderr, "outboxctl:", err)
+		return 1
+	}
+}
