@@ -141,11 +141,24 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		failed := false
 		fetches.EachError(func(topic string, partition int32, err error) {
 			if !errors.Is(err, context.Canceled) {
+				failed = true
 				c.log.Warn("fetch failed", "topic", topic, "partition", partition, "err", err)
 			}
 		})
+		if failed && fetches.NumRecords() == 0 {
+			// A lasting error (authorization, a deleted topic) would
+			// otherwise make the poll loop spin.
+			t := time.NewTimer(c.cfg.RetryDelay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+		}
 		var done []*kgo.Record
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			for _, r := range p.Records {
