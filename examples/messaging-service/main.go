@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -39,6 +40,7 @@ func main() {
 // its MSGSVC_* variable).
 type options struct {
 	addr, store, dsn, pgSchema, orgsFile, graphURL, graphVersion, redisAddr, logFormat string
+	quotaPerDay                                                                        int64
 }
 
 func parse(args []string, getenv func(string) string, out io.Writer) (options, error) {
@@ -59,12 +61,20 @@ func parse(args []string, getenv func(string) string, out io.Writer) (options, e
 	fs.StringVar(&o.graphURL, "graph-url", env("MSGSVC_GRAPH_URL", ""), "WhatsApp Cloud API root, e.g. https://graph.facebook.com (MSGSVC_GRAPH_URL); empty: the built-in fake")
 	fs.StringVar(&o.graphVersion, "graph-version", env("MSGSVC_GRAPH_VERSION", ""), "Graph API version, e.g. v25.0 (MSGSVC_GRAPH_VERSION)")
 	fs.StringVar(&o.redisAddr, "redis", env("MSGSVC_REDIS_ADDR", ""), "Redis address for 24-hour windows and quotas (MSGSVC_REDIS_ADDR); empty: the database")
+	quota, err := strconv.ParseInt(env("MSGSVC_QUOTA_PER_DAY", "0"), 10, 64)
+	if err != nil || quota < 0 {
+		return o, fmt.Errorf("MSGSVC_QUOTA_PER_DAY must be a non-negative integer")
+	}
+	fs.Int64Var(&o.quotaPerDay, "quota-per-day", quota, "WhatsApp messages per organisation per 24 hours (MSGSVC_QUOTA_PER_DAY); 0: 1000")
 	fs.StringVar(&o.logFormat, "log-format", env("MSGSVC_LOG_FORMAT", "text"), "text or json (MSGSVC_LOG_FORMAT)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.quotaPerDay < 0 {
+		return o, fmt.Errorf("-quota-per-day must not be negative")
 	}
 	if o.logFormat != "text" && o.logFormat != "json" {
 		return o, fmt.Errorf("-log-format must be text or json")
@@ -105,7 +115,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	base := "http://" + ln.Addr().String()
 
 	cfg := service.Config{Store: o.store, DSN: o.dsn, PostgresSchema: o.pgSchema, GraphBaseURL: o.graphURL,
-		GraphAPIVersion: o.graphVersion, RedisAddr: o.redisAddr, Logger: log}
+		GraphAPIVersion: o.graphVersion, RedisAddr: o.redisAddr, QuotaPerDay: o.quotaPerDay, Logger: log}
 	demo := o.orgsFile == ""
 	var fake *fakewa.Server
 	if demo {

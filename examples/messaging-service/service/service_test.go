@@ -192,6 +192,7 @@ type message struct {
 	AttemptCount, MaxAttempts                                                                                           int
 	CreatedAt, UpdatedAt                                                                                                time.Time
 	SentAt, DeliveredAt, ReadAt                                                                                         *time.Time
+	LastError                                                                                                           *struct{ Code, Message string }
 }
 
 type audit struct {
@@ -648,7 +649,8 @@ func (e *env) testRetry(t *testing.T) {
 	e.fake.FailRecipient(to, 131026) // undeliverable: permanent
 	m := e.create("org-1", sendBody(d, to), 201)
 	failed := e.waitStatus("org-1", m.ID, "FAILED")
-	if failed.ErrorCode != "131026" || failed.AttemptCount != 1 || failed.ErrorMessage == "" {
+	if failed.ErrorCode != "131026" || failed.AttemptCount != 1 || failed.ErrorMessage == "" ||
+		failed.LastError == nil || failed.LastError.Code != "131026" {
 		t.Errorf("failed message %+v", failed)
 	}
 	acts := e.activities("org-1", "/api/v1/outbound/messages/"+m.ID+"/activities")

@@ -26,6 +26,12 @@ func apiStatus(s outbox.Status) string {
 	}
 }
 
+// lastError is the error of the last failed attempt or receipt.
+type lastError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
 // messageView is the API's message (seed 001's response shape plus the
 // delivery tracking fields). Times are UTC (RFC 3339).
 type messageView struct {
@@ -43,6 +49,7 @@ type messageView struct {
 	MaxAttempts       int        `json:"maxAttempts"`
 	ErrorCode         string     `json:"errorCode,omitempty"`
 	ErrorMessage      string     `json:"errorMessage,omitempty"`
+	LastError         *lastError `json:"lastError,omitempty"`
 	NextAttemptAt     *time.Time `json:"nextAttemptAt,omitempty"`
 	CreatedAt         time.Time  `json:"createdAt"`
 	UpdatedAt         time.Time  `json:"updatedAt"`
@@ -72,6 +79,7 @@ func view(m outbox.Message, meta messageMeta) messageView {
 	}
 	if m.LastError != nil {
 		v.ErrorCode, v.ErrorMessage = m.LastError.Code, m.LastError.Message
+		v.LastError = &lastError{Code: m.LastError.Code, Message: m.LastError.Message}
 	}
 	if m.Status == outbox.StatusPending {
 		v.NextAttemptAt = optTime(m.NextAttemptAt)
