@@ -99,7 +99,6 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	store, err := seedstore.New(db, seedstore.Options{
 		EventsTable: cfg.EventsTable, DispatchJobsTable: cfg.DispatchJobsTable, Logger: log,
 		UnorderedNullGroup: cfg.NullGroupUnordered, RecoveryCountsAttempt: cfg.RecoveryCountsAttempt,
-		MaxClaimPerGroup: cfg.APIBatchSize,
 	})
 	if err != nil {
 		return err

@@ -129,8 +129,9 @@ type Options struct {
 	// seed: "no lost messages, just delayed".
 	RecoveryCountsAttempt bool
 	// MaxClaimPerGroup is the most rows of one group claimed at once;
-	// default 100 (the seed's api-batch-size). Set it to the publisher's
-	// batch size.
+	// 0 (the default) means up to the claim's limit. A group is not claimed
+	// again while rows of it are in flight, so a small value bounds the
+	// group's rate to MaxClaimPerGroup rows per poll.
 	MaxClaimPerGroup int
 }
 
@@ -213,7 +214,7 @@ func New(db DB, opts Options) (*Store, error) {
 		return nil, outbox.InvalidParam("Options.MaxClaimPerGroup", fmt.Sprintf("must be between 0 (default) and %d", MaxClaimLimit))
 	}
 	if opts.MaxClaimPerGroup == 0 {
-		opts.MaxClaimPerGroup = 100
+		opts.MaxClaimPerGroup = MaxClaimLimit
 	}
 	s := &Store{db: db, log: opts.Logger, leases: map[leaseKey]lease{},
 		unorderedNull: opts.UnorderedNullGroup, recoveryCounts: opts.RecoveryCountsAttempt, chunk: opts.MaxClaimPerGroup}
