@@ -242,6 +242,18 @@ func (t *Telemetry) SpanContextOf(m *outbox.Message) trace.SpanContext {
 	return trace.SpanContextFromContext(t.prop.Extract(context.Background(), propagation.MapCarrier(m.Headers)))
 }
 
+// Extract returns ctx carrying the span context found in headers (the
+// headers of a received NATS, AMQP or Kafka message, as a map with the
+// names as sent), so a consumer's spans continue the publish span's trace.
+// ctx is returned as it is when the headers carry none. An HTTP receiver
+// extracts with propagation.HeaderCarrier(r.Header) instead.
+func (t *Telemetry) Extract(ctx context.Context, headers map[string]string) context.Context {
+	if len(headers) == 0 {
+		return ctx
+	}
+	return t.prop.Extract(ctx, propagation.MapCarrier(headers))
+}
+
 func topicAttr(m *outbox.Message) metric.MeasurementOption {
 	return metric.WithAttributes(AttrTopic.String(m.Topic))
 }

@@ -251,6 +251,11 @@ func TestScriptedRun(t *testing.T) {
 		if tp != wantTP {
 			t.Errorf("the HTTP request carried traceparent %q, want the publish span's %q", tp, wantTP)
 		}
+		// A consumer continues from the headers it received.
+		got := trace.SpanContextFromContext(b.tel.Extract(ctx, map[string]string{"traceparent": tp}))
+		if got.SpanID() != pub1.SpanContext.SpanID() || got.TraceID() != reqSC.TraceID() {
+			t.Errorf("Extract gave %v/%v, want the publish span in the request's trace", got.TraceID(), got.SpanID())
+		}
 		// The receipt lives in the webhook request's trace, linked back.
 		if receipt.Parent.SpanID() != hookSpan.SpanContext().SpanID() {
 			t.Errorf("receipt span parent = %v, want the webhook request span", receipt.Parent.SpanID())
