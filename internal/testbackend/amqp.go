@@ -9,7 +9,7 @@ import "testing"
 // with other tests running at the same time.
 func AMQPURL(t testing.TB) string {
 	t.Helper()
-	u, why := Lookup("OUTBOXKIT_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", "127.0.0.1:5672")
+	u, why := LookupOrStart("OUTBOXKIT_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", "127.0.0.1:5672", RabbitMQContainer)
 	if u == "" {
 		Unavailable(t, "RabbitMQ", why)
 	}

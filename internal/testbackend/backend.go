@@ -2,9 +2,11 @@
 //
 // Each backend is found, in order, through its OUTBOXKIT_*_DSN/URL/ADDR
 // environment variable, else the server on its default local port if one
-// answers. When neither works the test is skipped with a message naming the
-// backend, except when OUTBOXKIT_REQUIRE_BACKENDS=1 (set by .ci/run), where
-// the test fails.
+// answers, else a container started with testcontainers-go (Docker; see
+// Container). When none works the test is skipped with a message naming the
+// backend and what was tried, except when OUTBOXKIT_REQUIRE_BACKENDS=1 (set
+// by .ci/run), where the test fails. The package is imported by tests only,
+// so no store's build compiles testcontainers-go.
 package testbackend
 
 import (

@@ -19,7 +19,7 @@ const MySQLDefaultDSN = "root@tcp(127.0.0.1:3306)/test"
 // works t is skipped (or fails when backends are required).
 func MySQLDSN(t testing.TB) string {
 	t.Helper()
-	dsn, why := Lookup("OUTBOXKIT_MYSQL_DSN", MySQLDefaultDSN, "127.0.0.1:3306")
+	dsn, why := LookupOrStart("OUTBOXKIT_MYSQL_DSN", MySQLDefaultDSN, "127.0.0.1:3306", MySQLContainer)
 	if dsn == "" {
 		Unavailable(t, "MySQL", why)
 	}

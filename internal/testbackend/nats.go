@@ -9,7 +9,7 @@ import "testing"
 // other tests running at the same time.
 func NATSURL(t testing.TB) string {
 	t.Helper()
-	u, why := Lookup("OUTBOXKIT_NATS_URL", "nats://127.0.0.1:4222", "127.0.0.1:4222")
+	u, why := LookupOrStart("OUTBOXKIT_NATS_URL", "nats://127.0.0.1:4222", "127.0.0.1:4222", NATSContainer)
 	if u == "" {
 		Unavailable(t, "NATS", why)
 	}

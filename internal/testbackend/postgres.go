@@ -19,7 +19,7 @@ const PostgresDefaultDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=
 // works t is skipped (or fails when backends are required).
 func PostgresDSN(t testing.TB) string {
 	t.Helper()
-	dsn, why := Lookup("OUTBOXKIT_POSTGRES_DSN", PostgresDefaultDSN, "127.0.0.1:5432")
+	dsn, why := LookupOrStart("OUTBOXKIT_POSTGRES_DSN", PostgresDefaultDSN, "127.0.0.1:5432", PostgresContainer)
 	if dsn == "" {
 		Unavailable(t, "PostgreSQL", why)
 	}

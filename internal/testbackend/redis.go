@@ -15,7 +15,7 @@ import (
 // when backends are required).
 func RedisAddr(t testing.TB) string {
 	t.Helper()
-	addr, why := Lookup("OUTBOXKIT_REDIS_ADDR", "127.0.0.1:6379", "127.0.0.1:6379")
+	addr, why := LookupOrStart("OUTBOXKIT_REDIS_ADDR", "127.0.0.1:6379", "127.0.0.1:6379", RedisContainer)
 	if addr == "" {
 		Unavailable(t, "Redis", why)
 	}
