@@ -219,22 +219,25 @@ func (s *Store) writeTx(ctx context.Context, fn func(q sqlstore.Querier) error) 
 		return fmt.Errorf("sqlite: connection: %w", err)
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("sqlite: begin: %w", err)
-	}
 	committed := false
 	defer func() {
 		if committed {
 			return
 		}
-		// Roll back even when ctx is done. A failed rollback leaves the
-		// connection in an unknown state: throw it away.
+		// Roll back even when ctx is done, and also when BEGIN itself
+		// reported an error: a cancelled ctx can interrupt the statement
+		// after the transaction began, and a connection handed back to the
+		// pool inside a transaction fails every later BEGIN on it. A failed
+		// rollback leaves the connection in an unknown state: throw it away.
 		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil &&
 			!strings.Contains(rerr.Error(), "no transaction is active") {
 			s.env.Log.Warn("sqlite: rollback failed; discarding connection", "err", rerr)
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 	}()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("sqlite: begin: %w", err)
+	}
 	if err := fn(conn); err != nil {
 		return err
 	}
