@@ -76,4 +76,12 @@
 //
 // Package outboxtest offers a recording Publisher, a fake Clock and
 // assertions on enqueued messages and drained stores.
+//
+// # Operations
+//
+// Admin is the operator's port (search across tenants, topic stats, bulk
+// requeue of dead letters in chunks, pauses): every store of this module
+// implements it. outbox/admin serves it as an HTTP API with a dashboard,
+// outbox/cmd/outboxctl as a command line, and outbox/otel turns the
+// Observer hooks into OpenTelemetry metrics and traces.
 package outbox
