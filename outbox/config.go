@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -18,8 +19,14 @@ type Config struct {
 	ID string
 	// Topics restricts the processor to these topics. Defaults to the
 	// publisher's topics when it has a Topics() []string method (a
-	// *Router), otherwise all topics.
+	// *Router). A processor never claims every topic by default: with no
+	// topics from either source NewProcessor fails unless AllTopics is set.
 	Topics []string
+	// AllTopics makes the processor claim messages of every topic, of every
+	// tenant. It is an explicit choice because a publisher that does not
+	// know a topic dead-letters its messages (a Router answers
+	// ErrNoPublisher, a permanent error). It cannot be combined with Topics.
+	AllTopics bool
 	// PollInterval is the longest wait between two claims when nothing wakes
 	// the poller earlier. Defaults to 1s.
 	PollInterval time.Duration
@@ -42,6 +49,17 @@ type Config struct {
 	// RecoveryInterval is how often expired leases are recovered. Defaults
 	// to 1m.
 	RecoveryInterval time.Duration
+	// MaxErrorBackoff caps the wait between two claims while the store keeps
+	// failing (unreachable, tables missing): the wait doubles from
+	// PollInterval at each consecutive failure up to this. Defaults to 30s.
+	MaxErrorBackoff time.Duration
+	// UnroutedAfter is how long a topic's messages must have been due,
+	// unclaimed, before a processor that does not claim that topic reports
+	// it (a periodic warning and Processor.Progress().Unrouted). The check
+	// runs every RecoveryInterval on stores that implement
+	// PendingTopicLister; a processor with AllTopics does not run it.
+	// Defaults to 5m.
+	UnroutedAfter time.Duration
 	// DrainTimeout is how long Run lets in-flight publishes finish after its
 	// context is cancelled before cancelling them. Defaults to 30s.
 	DrainTimeout time.Duration
@@ -82,6 +100,8 @@ func (c Config) WithDefaults() Config {
 	c.ProcessingTimeout = cmp.Or(c.ProcessingTimeout, 5*time.Minute)
 	c.RecoveryInterval = cmp.Or(c.RecoveryInterval, time.Minute)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, 30*time.Second)
+	c.MaxErrorBackoff = cmp.Or(c.MaxErrorBackoff, 30*time.Second)
+	c.UnroutedAfter = cmp.Or(c.UnroutedAfter, 5*time.Minute)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
 	if len(c.Backoff.Schedule) == 0 {
 		c.Backoff.Schedule = DefaultSchedule
@@ -119,6 +139,7 @@ func (c Config) Validate() error {
 		pos("MaxAttempts", c.MaxAttempts),
 		posD("PollInterval", c.PollInterval), posD("ProcessingTimeout", c.ProcessingTimeout),
 		posD("RecoveryInterval", c.RecoveryInterval), posD("DrainTimeout", c.DrainTimeout),
+		posD("MaxErrorBackoff", c.MaxErrorBackoff), posD("UnroutedAfter", c.UnroutedAfter),
 	} {
 		if err != nil {
 			return err
@@ -139,9 +160,12 @@ func (c Config) Validate() error {
 		return invalid("Config.Backoff.Jitter", "must be between 0 and 1")
 	}
 	for _, t := range c.Topics {
-		if t == "" {
+		if strings.TrimSpace(t) == "" {
 			return invalid("Config.Topics", "contains an empty topic")
 		}
+	}
+	if c.AllTopics && len(c.Topics) > 0 {
+		return invalid("Config.AllTopics", "is set together with Config.Topics: choose one")
 	}
 	return nil
 }

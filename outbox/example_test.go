@@ -81,6 +81,7 @@ func Example_deadLetter() {
 	done := make(chan error)
 	go func() {
 		done <- outbox.Run(runCtx, store, pub, outbox.Config{
+			Topics:       []string{"sms"},
 			PollInterval: 10 * time.Millisecond,
 			Backoff:      outbox.Backoff{Schedule: []time.Duration{10 * time.Millisecond}}, // shortened
 		})

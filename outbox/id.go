@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"crypto/rand"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,4 +39,23 @@ func NewID(t time.Time) string {
 		// IDs): go on in the next one.
 		ms++
 	}
+}
+
+// crockford is the ULID alphabet (Crockford's base32, upper case).
+const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+// ValidID reports whether s is a ULID in canonical form: 26 upper-case
+// Crockford base32 characters, the first at most '7' (128 bits). Lower case,
+// though ULID parsers accept it, is refused: IDs are compared and sorted as
+// strings.
+func ValidID(s string) bool {
+	if len(s) != 26 || s[0] > '7' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(crockford, s[i]) < 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -3,6 +3,7 @@ package outbox
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -12,10 +13,12 @@ import (
 // the processor.
 type Message struct {
 	// ID is a ULID (26 characters, sortable by creation time). Set by
-	// Enqueue when empty; a caller may supply its own.
+	// Enqueue when empty; a caller may supply its own, which must be a ULID
+	// in its canonical upper-case form (see ValidID).
 	ID string
 	// Tenant is the organisation the message belongs to; "" for a
-	// single-tenant service. Set by the caller. Every store operation is
+	// single-tenant service. Set by the caller; leading or trailing white
+	// space is refused (" acme" would be a tenant of its own). Every store operation is
 	// scoped by tenant.
 	Tenant string
 	// Topic routes the message to a publisher (e.g. "whatsapp", "EVENT",
@@ -124,8 +127,14 @@ const (
 // Adapters call it before touching the database, so a bad message never
 // aborts the caller's transaction.
 func ValidateMessage(m *Message) error {
-	if m.Topic == "" {
+	if strings.TrimSpace(m.Topic) == "" {
 		return invalid("Topic", "is required")
+	}
+	if m.Tenant != "" && strings.TrimSpace(m.Tenant) != m.Tenant {
+		return invalid("Tenant", "has leading or trailing white space (the single-tenant tenant is \"\")")
+	}
+	if m.ID != "" && !ValidID(m.ID) {
+		return invalid("ID", "is not a ULID (26 upper-case Crockford base32 characters); leave it empty to get one")
 	}
 	for _, f := range []struct{ name, v string }{
 		{"ID", m.ID}, {"Tenant", m.Tenant}, {"Topic", m.Topic}, {"Group", m.Group}, {"IdempotencyKey", m.IdempotencyKey},

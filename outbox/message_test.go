@@ -30,6 +30,13 @@ func TestValidateMessage(t *testing.T) {
 		{"Payload", func(m *Message) { m.Payload = []byte(`"` + strings.Repeat("a", MaxPayloadBytes) + `"`) }},
 		{"Headers", func(m *Message) { m.Headers = map[string]string{"": "x"} }},
 		{"MaxAttempts", func(m *Message) { m.MaxAttempts = -1 }},
+		{"Topic", func(m *Message) { m.Topic = "  " }},
+		{"Tenant", func(m *Message) { m.Tenant = " " }},
+		{"Tenant", func(m *Message) { m.Tenant = "acme " }},
+		{"ID", func(m *Message) { m.ID = "order-42" }},
+		{"ID", func(m *Message) { m.ID = "01hzzzzzzzzzzzzzzzzzzzzzzz" }}, // lower case sorts apart
+		{"ID", func(m *Message) { m.ID = "81HZZZZZZZZZZZZZZZZZZZZZZZ" }}, // more than 128 bits
+		{"ID", func(m *Message) { m.ID = "01HZZZZZZZZZZZZZZZZZZZZZZU" }}, // U is not Crockford
 	}
 	for _, c := range cases {
 		m := ok()
@@ -43,6 +50,10 @@ func TestValidateMessage(t *testing.T) {
 	m := ok()
 	if err := ValidateMessage(&m); err != nil {
 		t.Fatalf("valid message refused: %v", err)
+	}
+	m.ID, m.Tenant = NewID(time.Now()), "acme"
+	if err := ValidateMessage(&m); err != nil {
+		t.Fatalf("a message with its own ULID refused: %v", err)
 	}
 }
 

@@ -120,10 +120,14 @@ type MessageClaimParams struct {
 	Now time.Time
 }
 
-// MessageCountParams scopes a count.
+// MessageCountParams scopes a count. The zero value counts tenant "" only
+// (the tenant of single-tenant services), never every tenant: a
+// multi-tenant program that wants totals sets AllTenants.
 type MessageCountParams struct {
+	// Tenant is the one tenant counted; "" is a tenant like any other.
 	Tenant string
-	// AllTenants counts across tenants (operators only).
+	// AllTenants counts across every tenant (operators only); Tenant is
+	// then ignored.
 	AllTenants bool
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,15 @@ type Processor struct {
 	pubCtx    context.Context
 	recordCh  chan *finishBatch
 	recorders sync.WaitGroup
+
+	stateMu  sync.Mutex
+	health   Health
+	unrouted []PendingTopic
+	checked  time.Time
+	polled   chan struct{} // closed and replaced after every poll and when inflight reaches 0
+	pollSeq  int64         // polls started
+	idleSeq  int64         // the last poll that found nothing due with nothing in flight
+	counters struct{ claimed, sent, retried, dead, released atomic.Int64 }
 }
 
 // NewProcessor returns a Processor for store and pub with cfg (defaults
@@ -55,16 +65,29 @@ func NewProcessor(store Store, pub Publisher, cfg Config) (*Processor, error) {
 	if pub == nil {
 		return nil, invalid("publisher", "is nil")
 	}
+	if f, ok := pub.(PublisherFunc); ok && f == nil {
+		return nil, invalid("publisher", "is a nil PublisherFunc")
+	}
+	if v, ok := pub.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return nil, err
+		}
+	}
 	cfg = cfg.WithDefaults()
-	if len(cfg.Topics) == 0 {
+	if len(cfg.Topics) == 0 && !cfg.AllTopics {
 		if t, ok := pub.(interface{ Topics() []string }); ok {
 			cfg.Topics = t.Topics()
+		}
+		if len(cfg.Topics) == 0 {
+			return nil, invalid("Config.Topics", "is empty and the publisher names no topics: "+
+				"list the topics this processor publishes (or register them on a Router), "+
+				"or set Config.AllTopics to claim every topic of every tenant")
 		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Processor{
+	p := &Processor{
 		store:  store,
 		pub:    pub,
 		cfg:    cfg,
@@ -72,21 +95,43 @@ func NewProcessor(store Store, pub Publisher, cfg Config) (*Processor, error) {
 		sem:    make(chan struct{}, cfg.MaxConcurrentGroups),
 		wakeCh: make(chan struct{}, 1),
 		groups: map[string]*groupWorker{},
-	}, nil
+		polled: make(chan struct{}),
+	}
+	if r, ok := pub.(*Router); ok {
+		r.log.CompareAndSwap(nil, p.log)
+	}
+	return p, nil
 }
 
 // Run runs the processor until ctx ends, then shuts down cleanly: it stops
 // claiming, lets in-flight publishes finish for up to Config.DrainTimeout
 // (then cancels them; their messages are retried), releases the messages it
 // claimed but did not start (back to PENDING, no attempt counted, no lease
-// to wait for), records every outcome, and returns nil. It returns an error
-// only when the processor is already running. Run may be called again after
-// it returned.
+// to wait for), records every outcome, and returns nil. Run may be called
+// again after it returned.
+//
+// Before it starts, Run probes the store once (within 30s): when the store
+// is unreachable it returns an error matching ErrStoreUnavailable, and when
+// its tables are missing one matching ErrNotMigrated that says to call the
+// store's Migrate. It also returns an error when the processor is already
+// running. Once started, store errors do not stop Run: claims back off
+// (doubling up to Config.MaxErrorBackoff) and Health reports them.
 func (p *Processor) Run(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
 		return errors.New("outbox: processor is already running")
 	}
 	defer p.running.Store(false)
+	if err := p.probe(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		p.setHealth(err)
+		p.log.Error("outbox processor cannot start", "err", err)
+		return err
+	}
+	p.setHealth(nil)
+	p.setRunning(true)
+	defer p.setRunning(false)
 
 	p.stopping = make(chan struct{})
 	pubCtx, cancelPub := context.WithCancel(context.WithoutCancel(ctx))
@@ -96,7 +141,11 @@ func (p *Processor) Run(ctx context.Context) error {
 	p.recorders.Add(1)
 	go p.recordLoop()
 
-	p.log.Info("outbox processor started", "topics", p.cfg.Topics, "poll_interval", p.cfg.PollInterval)
+	if p.cfg.AllTopics {
+		p.log.Info("outbox processor started", "topics", "all topics", "poll_interval", p.cfg.PollInterval)
+	} else {
+		p.log.Info("outbox processor started", "topics", p.cfg.Topics, "poll_interval", p.cfg.PollInterval)
+	}
 	var loops sync.WaitGroup
 	loops.Add(2)
 	go func() { defer loops.Done(); p.pollLoop(ctx) }()
@@ -175,12 +224,17 @@ func (p *Processor) pollLoop(ctx context.Context) {
 		switch {
 		case err != nil && ctx.Err() == nil:
 			failures++
-			p.log.Error("claim failed", "err", err, "consecutive_failures", failures)
+			delay = errorBackoff(p.cfg.PollInterval, p.cfg.MaxErrorBackoff, failures)
+			p.setHealth(err)
+			p.log.Error("claim failed", "err", err, "consecutive_failures", failures, "retry_in", delay)
+		case err != nil:
 		case again:
 			failures = 0
 			delay = 0
+			p.setHealth(nil)
 		default:
 			failures = 0
+			p.setHealth(nil)
 		}
 		if !timer.Stop() {
 			select {
@@ -194,10 +248,16 @@ func (p *Processor) pollLoop(ctx context.Context) {
 
 // pollOnce claims up to the free buffer space. It returns true when another
 // claim should follow at once (the claim was full).
-func (p *Processor) pollOnce(ctx context.Context) (bool, error) {
+func (p *Processor) pollOnce(ctx context.Context) (again bool, err error) {
 	if !p.active() {
 		return false, nil
 	}
+	p.stateMu.Lock()
+	p.pollSeq++
+	seq := p.pollSeq
+	p.stateMu.Unlock()
+	claimed := -1
+	defer func() { p.pollDone(seq, claimed == 0 && err == nil) }()
 	free := p.cfg.BufferSize - int(p.inflight.Load())
 	threshold := min(p.cfg.PollBatchSize, max(p.cfg.BufferSize/2, 1))
 	if free < threshold {
@@ -220,9 +280,11 @@ func (p *Processor) pollOnce(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("outbox: claim: %w", err)
 	}
+	claimed = len(msgs)
 	if len(msgs) == 0 {
 		return false, nil
 	}
+	p.counters.claimed.Add(int64(len(msgs)))
 	p.inflight.Add(int64(len(msgs)))
 	// Hand the whole claim over under one lock: a group's messages from one
 	// claim must land in the same worker queue. Otherwise a worker could
@@ -254,6 +316,7 @@ func (p *Processor) recoveryLoop(ctx context.Context) {
 				p.log.Warn("recovered expired leases", "recovered", res.Recovered, "dead_lettered", res.DeadLettered)
 				p.Wake()
 			}
+			p.checkUnrouted(ctx)
 		}
 		select {
 		case <-ctx.Done():
@@ -454,7 +517,7 @@ func (p *Processor) publish(g *groupWorker, batch []Message) (blocked bool) {
 func (p *Processor) callPublisher(batch []Message) (results []Result) {
 	defer func() {
 		if r := recover(); r != nil {
-			p.log.Error("publisher panicked", "panic", fmt.Sprint(r))
+			p.log.Error("publisher panicked", "panic", fmt.Sprint(r), "messages", len(batch), "stack", string(debug.Stack()))
 			results = make([]Result, len(batch))
 			for i := range results {
 				results[i] = Result{Err: Retryable("publisher_panic", "the publisher panicked")}
@@ -510,12 +573,16 @@ func (p *Processor) record(batches []*finishBatch) {
 			m := o.msg
 			switch o.kind {
 			case outcomeSent:
+				p.counters.sent.Add(1)
 				params.Sent = append(params.Sent, SentOutcome{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ProviderMessageID: o.res.ProviderMessageID, ProviderResponse: o.res.ProviderResponse, StartedAt: o.started})
 			case outcomeRetry:
+				p.counters.retried.Add(1)
 				params.Retry = append(params.Retry, RetryOutcome{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, NextAttemptAt: o.nextAt, Error: *ErrorInfoOf(o.res.Err), ProviderResponse: o.res.ProviderResponse, StartedAt: o.started})
 			case outcomeDead:
+				p.counters.dead.Add(1)
 				params.Dead = append(params.Dead, DeadOutcome{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, Error: *ErrorInfoOf(o.res.Err), ProviderResponse: o.res.ProviderResponse, StartedAt: o.started})
 			case outcomeRelease:
+				p.counters.released.Add(1)
 				rel := ReleaseOutcome{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, NextAttemptAt: o.nextAt}
 				if !o.nextAt.IsZero() {
 					rel.Error = ErrorInfoOf(o.res.Err)
@@ -529,6 +596,7 @@ func (p *Processor) record(batches []*finishBatch) {
 	if len(params.Sent)+len(params.Retry)+len(params.Dead)+len(params.Released) > 0 {
 		res, err := p.finishWithRetry(params)
 		if err != nil {
+			p.setHealth(err)
 			p.log.Error("recording outcomes failed; the messages will be recovered when their lease expires", "err", err, "messages", count)
 		}
 		if len(res.LeaseLost) > 0 {
@@ -571,7 +639,11 @@ func (p *Processor) record(batches []*finishBatch) {
 			}
 		}
 	}
-	p.inflight.Add(-int64(count))
+	if p.inflight.Add(-int64(count)) == 0 {
+		p.stateMu.Lock()
+		p.broadcastLocked()
+		p.stateMu.Unlock()
+	}
 	if p.waitingForSpace.CompareAndSwap(true, false) {
 		p.Wake()
 	}

@@ -110,6 +110,7 @@ func TestProcessorBoundedBufferAndConcurrencyLimit(t *testing.T) {
 	})
 	const buffer, groups = 50, 3
 	p, err := outbox.NewProcessor(st, pub, outbox.Config{
+		Topics:       []string{"t"},
 		PollInterval: 5 * time.Millisecond, BufferSize: buffer, PollBatchSize: 40, MaxConcurrentGroups: groups, PublishBatchSize: 5,
 	})
 	if err != nil {
@@ -153,7 +154,7 @@ func TestProcessorCleanShutdownReleasesClaimedMessages(t *testing.T) {
 		published.Add(int64(len(msgs)))
 		return make([]outbox.Result, len(msgs))
 	})
-	p, err := outbox.NewProcessor(st, pub, outbox.Config{PollInterval: 10 * time.Millisecond, MaxConcurrentGroups: 2, PublishBatchSize: 3, DrainTimeout: 20 * time.Second})
+	p, err := outbox.NewProcessor(st, pub, outbox.Config{Topics: []string{"t"}, PollInterval: 10 * time.Millisecond, MaxConcurrentGroups: 2, PublishBatchSize: 3, DrainTimeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func TestProcessorDrainTimeoutCancelsSlowPublish(t *testing.T) {
 		}
 		return out
 	})
-	p, _ := outbox.NewProcessor(st, pub, outbox.Config{PollInterval: 10 * time.Millisecond, DrainTimeout: 200 * time.Millisecond})
+	p, _ := outbox.NewProcessor(st, pub, outbox.Config{Topics: []string{"t"}, PollInterval: 10 * time.Millisecond, DrainTimeout: 200 * time.Millisecond})
 	stop := start(t, p)
 	<-started
 	err, took := stop()
@@ -230,6 +231,7 @@ func TestProcessorSurvivesMisbehavingPublishers(t *testing.T) {
 		return make([]outbox.Result, len(msgs))
 	})
 	p, _ := outbox.NewProcessor(st, pub, outbox.Config{
+		Topics:       []string{"t"},
 		PollInterval: 10 * time.Millisecond, MaxConcurrentGroups: 1, PublishBatchSize: 10,
 		Backoff: outbox.Backoff{Schedule: []time.Duration{time.Millisecond}},
 	})
@@ -255,7 +257,7 @@ func TestProcessorWakesOnCommitWithoutPolling(t *testing.T) {
 	t.Parallel()
 	st := newStore(t)
 	rec := &outboxtest.Recorder{}
-	p, _ := outbox.NewProcessor(st, rec, outbox.Config{PollInterval: time.Hour})
+	p, _ := outbox.NewProcessor(st, rec, outbox.Config{Topics: []string{"t"}, PollInterval: time.Hour})
 	stop := start(t, p)
 	time.Sleep(50 * time.Millisecond) // the first poll has run and found nothing
 	ob := outbox.New[*sql.Tx](st, outbox.Options{})
@@ -283,7 +285,7 @@ func TestProcessorRecoversAbandonedLeases(t *testing.T) {
 		t.Fatalf("claim: %d %v", len(claimed), err)
 	}
 	rec := &outboxtest.Recorder{}
-	p, _ := outbox.NewProcessor(st, rec, outbox.Config{PollInterval: 10 * time.Millisecond, ProcessingTimeout: 200 * time.Millisecond, RecoveryInterval: 20 * time.Millisecond})
+	p, _ := outbox.NewProcessor(st, rec, outbox.Config{Topics: []string{"t"}, PollInterval: 10 * time.Millisecond, ProcessingTimeout: 200 * time.Millisecond, RecoveryInterval: 20 * time.Millisecond})
 	stop := start(t, p)
 	outboxtest.WaitDrained(t, st, "", 20*time.Second)
 	stop()
@@ -305,7 +307,7 @@ func TestProcessorRecoversAbandonedLeases(t *testing.T) {
 func TestProcessorRunTwiceAndNoGoroutineLeak(t *testing.T) {
 	st := newStore(t)
 	before := runtime.NumGoroutine()
-	p, _ := outbox.NewProcessor(st, &outboxtest.Recorder{}, outbox.Config{PollInterval: 5 * time.Millisecond})
+	p, _ := outbox.NewProcessor(st, &outboxtest.Recorder{}, outbox.Config{Topics: []string{"t"}, PollInterval: 5 * time.Millisecond})
 	for range 2 {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -341,6 +343,7 @@ func TestProcessorDeadLettersPermanentErrorsAndNotifiesObservers(t *testing.T) {
 		return outbox.Result{Err: errors.New("connection reset")}
 	})
 	p, _ := outbox.NewProcessor(st, pub, outbox.Config{
+		Topics:       []string{"t"},
 		PollInterval: 5 * time.Millisecond, MaxAttempts: 3, Observer: obs,
 		Backoff: outbox.Backoff{Schedule: []time.Duration{time.Millisecond}},
 	})
@@ -415,7 +418,7 @@ func TestProcessorDeferDoesNotCountAttempts(t *testing.T) {
 			}
 		}
 		return res
-	}), outbox.Config{PollInterval: 2 * time.Millisecond, MaxAttempts: 2})
+	}), outbox.Config{Topics: []string{"t"}, PollInterval: 2 * time.Millisecond, MaxAttempts: 2})
 	stop := start(t, p)
 	c := outboxtest.WaitDrained(t, st, "", 20*time.Second)
 	stop()

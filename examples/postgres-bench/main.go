@@ -476,6 +476,7 @@ func runProcessors(ctx context.Context, dsn string, s *postgres.Store, pub outbo
 		}
 		c := cfg
 		c.ID = fmt.Sprintf("bench-%d", i)
+		c.Topics = []string{"bench"}
 		var st outbox.Store = ps
 		if os.Getenv("BENCH_DEBUG") != "" {
 			cs := &countingStore{Store: ps}

@@ -19,7 +19,7 @@
 //		return err
 //	}) // committed: the processor is woken at once
 //
-//	go outbox.Run(ctx, st, publisher, outbox.Config{})
+//	go outbox.Run(ctx, st, publisher, outbox.Config{Topics: []string{"orders"}})
 //
 // # Guarantees
 //

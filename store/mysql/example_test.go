@@ -49,5 +49,5 @@ func Example() {
 		// send m.Payload to the broker or provider
 		return outbox.Result{}
 	})
-	go func() { _ = outbox.Run(ctx, store, publisher, outbox.Config{}) }()
+	go func() { _ = outbox.Run(ctx, store, publisher, outbox.Config{Topics: []string{"orders"}}) }()
 }

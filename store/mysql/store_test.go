@@ -271,7 +271,9 @@ func TestInTxWakesProcessor(t *testing.T) {
 	})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- outbox.Run(runCtx, st, pub, outbox.Config{PollInterval: time.Minute}) }()
+	go func() {
+		done <- outbox.Run(runCtx, st, pub, outbox.Config{Topics: []string{"orders"}, PollInterval: time.Minute})
+	}()
 	defer func() { stop(); <-done }()
 	time.Sleep(200 * time.Millisecond) // let the processor's first poll pass
 	ob := outbox.New[*sql.Tx](st, outbox.Options{})

@@ -146,7 +146,7 @@ func TestKilledProcessorLosesNothing(t *testing.T) {
 			victim.dead.Store(true)
 			acancel()
 		}
-	}), outbox.Config{ID: "victim", PollInterval: 20 * time.Millisecond, PublishBatchSize: 10, DrainTimeout: time.Millisecond})
+	}), outbox.Config{AllTopics: true, ID: "victim", PollInterval: 20 * time.Millisecond, PublishBatchSize: 10, DrainTimeout: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestKilledProcessorLosesNothing(t *testing.T) {
 	bctx, bcancel := context.WithCancel(b.ctx)
 	done := make(chan error, 1)
 	pb, err := outbox.NewProcessor(b.store, rec.publisher(0, nil), outbox.Config{
-		ID: "survivor", PollInterval: 20 * time.Millisecond,
+		AllTopics: true, ID: "survivor", PollInterval: 20 * time.Millisecond,
 		ProcessingTimeout: time.Second, RecoveryInterval: 100 * time.Millisecond,
 	})
 	if err != nil {
@@ -201,7 +201,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	pctx, pcancel := context.WithCancel(b.ctx)
 	done := make(chan error, 1)
 	p, err := outbox.NewProcessor(b.store, rec.publisher(0, nil), outbox.Config{
-		ID: "p", PollInterval: 50 * time.Millisecond, ProcessingTimeout: 30 * time.Second, RecoveryInterval: time.Second,
+		AllTopics: true, ID: "p", PollInterval: 50 * time.Millisecond, ProcessingTimeout: 30 * time.Second, RecoveryInterval: time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -76,7 +76,7 @@ func (e *Elector) IsLeader() bool { return e.leader.Load() }
 //
 //	el := store.Elector(postgres.ElectorOptions{})
 //	go el.Run(ctx, nil)
-//	p, err := outbox.NewProcessor(store, pub, outbox.Config{Leader: el})
+//	p, err := outbox.NewProcessor(store, router, outbox.Config{Leader: el})
 //
 // Run returns nil when ctx ends, or an error when the store cannot open a
 // dedicated connection at all.

@@ -55,7 +55,7 @@ func Example() {
 		// send m.Payload to the broker or provider
 		return outbox.Result{}
 	})
-	go func() { _ = outbox.Run(ctx, store, publisher, outbox.Config{}) }()
+	go func() { _ = outbox.Run(ctx, store, publisher, outbox.Config{Topics: []string{"orders"}}) }()
 }
 
 // Enqueueing from database/sql code (pgx stdlib driver on the same pool).
@@ -104,7 +104,9 @@ func ExampleElector() {
 	el := store.Elector(postgres.ElectorOptions{})
 	// Either run the processor only while leading ...
 	go func() {
-		_ = el.Run(ctx, func(ctx context.Context) { _ = outbox.Run(ctx, store, publisher, outbox.Config{}) })
+		_ = el.Run(ctx, func(ctx context.Context) {
+			_ = outbox.Run(ctx, store, publisher, outbox.Config{Topics: []string{"orders"}})
+		})
 	}()
 	// ... or keep it running and let it idle while not leading:
 	//	go el.Run(ctx, nil)

@@ -176,7 +176,7 @@ func TestWakeupsFallBackToPolling(t *testing.T) {
 			}
 		}
 		return make([]outbox.Result, len(ms))
-	}), outbox.Config{PollInterval: 50 * time.Millisecond})
+	}), outbox.Config{AllTopics: true, PollInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

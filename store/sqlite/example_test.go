@@ -42,7 +42,9 @@ func Example() {
 	})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- outbox.Run(runCtx, st, pub, outbox.Config{PollInterval: time.Minute}) }()
+	go func() {
+		done <- outbox.Run(runCtx, st, pub, outbox.Config{Topics: []string{"orders"}, PollInterval: time.Minute})
+	}()
 
 	ob := outbox.New[*sql.Tx](st, outbox.Options{})
 	err = st.InTx(ctx, func(tx *sql.Tx) error {

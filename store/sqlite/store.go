@@ -18,7 +18,7 @@
 //		return err
 //	}) // committed: the processor is woken at once
 //
-//	go outbox.Run(ctx, st, publisher, outbox.Config{})
+//	go outbox.Run(ctx, st, publisher, outbox.Config{Topics: []string{"orders"}})
 //
 // SQLite serialises writers: every write transaction of the store begins
 // with BEGIN IMMEDIATE and waits for the lock up to the busy timeout, so

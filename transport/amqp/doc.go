@@ -14,7 +14,7 @@
 //	})
 //	...
 //	defer pub.Close()
-//	proc, err := outbox.NewProcessor(store, pub, outbox.Config{})
+//	proc, err := outbox.NewProcessor(store, pub, outbox.Config{Topics: []string{"orders"}})
 //
 // Exchanges, queues and bindings are yours to declare: the Publisher never
 // declares them. See Publisher for the outcomes, ordered groups and

@@ -15,7 +15,7 @@
 //		},
 //	})
 //	...
-//	proc, err := outbox.NewProcessor(store, pub, outbox.Config{})
+//	proc, err := outbox.NewProcessor(store, pub, outbox.Config{Topics: []string{"orders"}})
 //
 // Receivers check the signature with Verify. See Publisher for the
 // outcomes, ordered groups and cancellation.

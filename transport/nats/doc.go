@@ -13,7 +13,7 @@
 //	...
 //	pub, err := outboxnats.New(outboxnats.Config{JetStream: js, SubjectPrefix: "outbox."})
 //	...
-//	proc, err := outbox.NewProcessor(store, pub, outbox.Config{})
+//	proc, err := outbox.NewProcessor(store, pub, outbox.Config{Topics: []string{"orders"}})
 //
 // The streams are yours to create: the Publisher never declares one. See
 // Publisher for the outcomes, ordered groups and cancellation.

@@ -73,6 +73,7 @@ func (e *env[TTx]) runProcessors(n int, pub outbox.Publisher, cfg outbox.Config)
 	for i := range n {
 		c := cfg
 		c.ID = fmt.Sprintf("processor-%d", i)
+		c.AllTopics = len(c.Topics) == 0
 		p, err := outbox.NewProcessor(e.s, pub, c)
 		if err != nil {
 			cancel()
@@ -363,7 +364,7 @@ func testProcessor[TTx any](t *testing.T, h Harness[TTx]) {
 
 	t.Run("RunStopsOnCancelWithNothingToDo", func(t *testing.T) {
 		e := setup(t, h)
-		p, err := outbox.NewProcessor(e.s, (&pubLog{}).publisher(), outbox.Config{})
+		p, err := outbox.NewProcessor(e.s, (&pubLog{}).publisher(), outbox.Config{AllTopics: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -37,6 +37,36 @@ func (e *env[TTx]) listAll(p outbox.MessageListParams) (all []outbox.Message, pa
 }
 
 func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
+	t.Run("PendingTopics", func(t *testing.T) {
+		e := setup(t, h)
+		l, ok := e.s.(outbox.PendingTopicLister)
+		if !ok {
+			t.Skip("the store does not implement outbox.PendingTopicLister")
+		}
+		other := msg("b", "", 2)
+		other.Tenant = "other"
+		later := msg("c", "", 3)
+		later.NextAttemptAt = e.at(time.Hour)
+		e.enqueue(msg("a", "", 0), msg("a", "g", 1), other, later)
+		e.claim("p", 1, e.t0) // one of topic a is PROCESSING: not pending
+		got, err := l.MessagePendingTopics(e.ctx, outbox.MessagePendingTopicsParams{DueBefore: e.at(time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []outbox.PendingTopic{{Topic: "a", Messages: 1, OldestDueAt: e.t0}, {Topic: "b", Messages: 1, OldestDueAt: e.t0}}
+		if len(got) != len(want) {
+			t.Fatalf("pending topics = %+v, want %+v", got, want)
+		}
+		for i := range want {
+			if got[i].Topic != want[i].Topic || got[i].Messages != want[i].Messages || !got[i].OldestDueAt.Equal(want[i].OldestDueAt) {
+				t.Fatalf("pending topics = %+v, want %+v", got, want)
+			}
+		}
+		if got, err := l.MessagePendingTopics(e.ctx, outbox.MessagePendingTopicsParams{DueBefore: e.at(-time.Minute)}); err != nil || len(got) != 0 {
+			t.Fatalf("pending topics due a minute before t0 = %+v, %v; want none", got, err)
+		}
+	})
+
 	t.Run("Pagination", func(t *testing.T) {
 		e := setup(t, h)
 		ms := e.enqueueN("t", "g", 25)

@@ -1,0 +1,33 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+var _ outbox.PendingTopicLister = (*Store)(nil)
+
+// MessagePendingTopics implements outbox.PendingTopicLister: the topics with
+// PENDING messages due at or before p.DueBefore, across tenants. The
+// processor uses it to report topics nobody publishes.
+func (s *Store) MessagePendingTopics(ctx context.Context, p outbox.MessagePendingTopicsParams) ([]outbox.PendingTopic, error) {
+	var out []outbox.PendingTopic
+	err := s.scanRows(ctx, s.db, `SELECT topic, COUNT(*), MIN(next_attempt_at) FROM `+s.messages+
+		` WHERE status = 'PENDING' AND next_attempt_at <= ? GROUP BY topic ORDER BY topic`,
+		[]any{s.d.Time(p.DueBefore.UTC())}, func(rows *sql.Rows) error {
+			var t outbox.PendingTopic
+			var oldest Time
+			if err := rows.Scan(&t.Topic, &t.Messages, &oldest); err != nil {
+				return err
+			}
+			t.OldestDueAt = oldest.T
+			out = append(out, t)
+			return nil
+		})
+	if err != nil {
+		return nil, s.errorf("pending topics", err)
+	}
+	return out, nil
+}
