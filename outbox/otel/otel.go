@@ -370,6 +370,15 @@ func (p *publisher) Topics() []string {
 	return nil
 }
 
+// Validate forwards the wrapped publisher's start-up check (outbox.Router
+// has one), so the processor still refuses an empty router behind it.
+func (p *publisher) Validate() error {
+	if v, ok := p.pub.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
 func (p *publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox.Result {
 	spans := make([]trace.Span, len(msgs))
 	out := make([]outbox.Message, len(msgs))

@@ -46,7 +46,9 @@ func TestRequireEnqueuedTxSeesUncommittedMessages(t *testing.T) {
 	rec := &outboxtest.Recorder{}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- outbox.Run(runCtx, st, rec, outbox.Config{AllTopics: true, PollInterval: 5 * time.Millisecond}) }()
+	go func() {
+		done <- outbox.Run(runCtx, st, rec, outbox.Config{AllTopics: true, PollInterval: 5 * time.Millisecond})
+	}()
 	c := outboxtest.WaitDrained(t, st, "a", 10*time.Second)
 	stop()
 	if err := <-done; err != nil {
