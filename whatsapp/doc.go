@@ -9,7 +9,11 @@
 // # Wiring
 //
 //	creds := whatsapp.StaticCredentials{"org-1": {PhoneNumberID: "1065...", AccessToken: tok, AppSecret: sec, VerifyToken: vt}}
-//	state := whatsapp.NewRedisState(redisClient, whatsapp.RedisOptions{})   // or NewSQLState, NewMemoryState
+//	sqlState, _ := whatsapp.NewSQLState(db, whatsapp.SQLOptions{Dialect: whatsapp.DialectPostgres})
+//	state := &whatsapp.Fallback{ // Redis first; the SQL tables while Redis is down
+//		Primary:   whatsapp.NewRedisState(redisClient, whatsapp.RedisOptions{}),
+//		Secondary: sqlState,
+//	}
 //	pub, _ := whatsapp.NewPublisher(whatsapp.Config{Credentials: creds, Windows: state, Quotas: state})
 //	router := outbox.NewRouter().Handle("whatsapp", pub)
 //	go outbox.Run(ctx, store, router, outbox.Config{})

@@ -22,6 +22,10 @@ const (
 	// ScopeRecipient: only the (tenant, recipient) pair is throttled, as for
 	// Meta's pair rate limit (131056); other recipients are unaffected.
 	ScopeRecipient
+	// ScopeCredentials: the tenant's credentials are rejected (an expired
+	// or revoked token): the tenant's sends pause, every message deferred,
+	// until its CredentialsProvider returns different credentials.
+	ScopeCredentials
 )
 
 // ErrorSpec says what to do about one Cloud API error code.
@@ -59,7 +63,7 @@ type ErrorMap struct {
 // is retryable, 131026 "undeliverable" is not, 133004 is a temporary server
 // error, 190 needs a new token).
 var defaultSpecs = []ErrorSpec{
-	{Code: 0, Description: "authentication error: access token expired, invalid or revoked"},
+	{Code: 0, Description: "authentication error: access token expired, invalid or revoked", RateLimit: ScopeCredentials},
 	{Code: 1, Description: "API unknown: invalid request or possible server error", Retryable: true},
 	{Code: 2, Description: "API service: temporary downtime or overload", Retryable: true},
 	{Code: 3, Description: "API method: capability or permission issue"},
@@ -68,7 +72,7 @@ var defaultSpecs = []ErrorSpec{
 	{Code: 10, Description: "permission denied"},
 	{Code: 33, Description: "business phone number deleted"},
 	{Code: 100, Description: "invalid or misspelled parameter"},
-	{Code: 190, Description: "access token expired: a new token is needed"},
+	{Code: 190, Description: "access token expired: a new token is needed", RateLimit: ScopeCredentials},
 	{Code: 200, Description: "API permission error"},
 	{Code: 368, Description: "temporarily blocked for a policy violation"},
 	{Code: 470, Description: "message expired: outside the 24-hour window (legacy, now 131047)"},

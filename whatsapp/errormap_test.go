@@ -21,6 +21,7 @@ func TestErrorMapReference(t *testing.T) {
 	perm := want{}
 	retry := want{retry: true}
 	tenant := want{retry: true, scope: ScopeTenant}
+	creds := want{scope: ScopeCredentials}
 	expect := map[int]want{
 		// rate limits: retried, tenant throttled; pair limit: recipient
 		4: tenant, 80007: tenant, 130429: tenant, 131048: tenant, 133016: tenant, 131064: tenant,
@@ -30,7 +31,7 @@ func TestErrorMapReference(t *testing.T) {
 		// window closed, recipient, template, auth and account errors: permanent
 		131047: perm, 470: perm, 131026: perm, 131021: perm, 131031: perm, 131050: perm, 130403: perm,
 		132000: perm, 132001: perm, 132005: perm, 132007: perm, 132012: perm, 132015: perm, 132016: perm, 132068: perm,
-		0: perm, 190: perm, 10: perm, 100: perm, 200: perm, 299: perm, 368: perm, 131005: perm, 131042: perm, 131008: perm, 131009: perm,
+		0: creds, 190: creds, 10: perm, 100: perm, 200: perm, 299: perm, 368: perm, 131005: perm, 131042: perm, 131008: perm, 131009: perm,
 		133000: perm, 135000: perm, 131051: perm, 131053: perm,
 		// unknown codes are retryable
 		123456: retry,

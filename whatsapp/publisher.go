@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -57,8 +60,16 @@ const (
 	CodeUnknownTenant = "unknown_tenant"
 	// CodeCredentials: the credentials provider failed. Retryable.
 	CodeCredentials = "credentials_unavailable"
-	// CodeStateUnavailable: the window or quota store failed. Retryable.
+	// CodeStateUnavailable: the window or quota store failed (e.g. Redis
+	// is down); the message is deferred (outbox.Defer, no attempt counted)
+	// for Config.StateRetry, so an outage never dead-letters messages.
+	// Wire a Fallback (Redis, then SQLState) to keep sending through one.
 	CodeStateUnavailable = "state_unavailable"
+	// CodeCredentialsRejected: Meta rejected the tenant's access token
+	// (190: expired, 0: invalid or revoked). The tenant's sends pause: its
+	// messages are deferred (outbox.Defer, no attempt counted) until the
+	// CredentialsProvider returns different credentials for it.
+	CodeCredentialsRejected = "credentials_rejected"
 	// CodeTimeout: the Cloud API did not answer in time. Retryable.
 	CodeTimeout = "timeout"
 	// CodeNetwork: the request failed before an answer. Retryable.
@@ -100,9 +111,11 @@ type Config struct {
 	// here. Defaults to no quota.
 	Quotas QuotaStore
 	// Throughput is the most messages per second sent from one business
-	// phone number by this Publisher (a process-local token bucket, so a
-	// burst does not trip Meta's 80/s limit; with several replicas give
-	// each its share). A message waits up to a second for its turn; one
+	// phone number by this Publisher: sends are spaced by 1/Throughput
+	// (golang.org/x/time/rate with a burst of one), so no one-second window
+	// holds more than Throughput of them and Meta's 80/s limit is not
+	// tripped; the limiter is process-local, so with several replicas give
+	// each its share. A message waits up to a second for its turn; one
 	// that would wait longer is deferred (outbox.Defer, CodeThrottled, no
 	// attempt counted) rather than hold its lease. Defaults to
 	// DefaultThroughput; negative disables it.
@@ -116,6 +129,39 @@ type Config struct {
 	// Clock tells the time for windows, quotas and throttles. Defaults to
 	// outbox.SystemClock.
 	Clock outbox.Clock
+	// StateRetry is how long a message is deferred when the window or
+	// quota store fails (CodeStateUnavailable). Defaults to 30s.
+	StateRetry time.Duration
+	// CredentialsRetry is how long a message of a paused tenant (its
+	// access token was rejected) is deferred before the publisher asks the
+	// CredentialsProvider again. Defaults to 1m.
+	CredentialsRetry time.Duration
+	// Observer receives the tenant-wide events: a tenant paused because
+	// Meta rejected its credentials, and resumed when they changed.
+	// Defaults to none.
+	Observer Observer
+}
+
+// Observer receives a Publisher's tenant-wide events. Implementations must
+// be fast and must not block.
+type Observer interface {
+	// OnTenantPaused: Meta rejected the tenant's credentials; its messages
+	// are deferred until they change.
+	OnTenantPaused(ctx context.Context, e TenantEvent)
+	// OnTenantResumed: the tenant's credentials changed after a pause; its
+	// messages are sent again.
+	OnTenantResumed(ctx context.Context, e TenantEvent)
+}
+
+// TenantEvent describes a pause or resume of one tenant's sends.
+type TenantEvent struct {
+	Tenant string
+	// Code is Meta's error code that paused the tenant ("190").
+	Code string
+	// Reason is the error's description (no secrets).
+	Reason string
+	// Since is when the pause began.
+	Since time.Time
 }
 
 // Publisher sends outbox messages through the WhatsApp Cloud API. It
@@ -127,6 +173,20 @@ type Publisher struct {
 
 	mu         sync.Mutex
 	recipients map[[2]string]*recipientThrottle
+	paused     map[string]tenantPause
+}
+
+// tenantPause records that Meta rejected a tenant's credentials: the
+// fingerprint of the rejected credentials (never the token itself).
+type tenantPause struct {
+	creds  [sha256.Size]byte
+	code   string
+	reason string
+	since  time.Time
+}
+
+func fingerprint(c Credentials) [sha256.Size]byte {
+	return sha256.Sum256([]byte(c.PhoneNumberID + "\x00" + c.AccessToken))
 }
 
 type recipientThrottle struct {
@@ -168,9 +228,14 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 	if strings.ContainsAny(cfg.APIVersion, "/?#") {
 		return nil, outbox.InvalidParam("Config.APIVersion", "must be a version such as v25.0")
 	}
-	p := &Publisher{cfg: cfg, endpoint: u, recipients: map[[2]string]*recipientThrottle{}}
+	if cfg.StateRetry < 0 || cfg.CredentialsRetry < 0 {
+		return nil, outbox.InvalidParam("Config.StateRetry", "and CredentialsRetry must not be negative")
+	}
+	cfg.StateRetry = cmp.Or(cfg.StateRetry, 30*time.Second)
+	cfg.CredentialsRetry = cmp.Or(cfg.CredentialsRetry, time.Minute)
+	p := &Publisher{cfg: cfg, endpoint: u, recipients: map[[2]string]*recipientThrottle{}, paused: map[string]tenantPause{}}
 	if cfg.Throughput > 0 {
-		p.limiter = newLimiter(cfg.Throughput, int(math.Ceil(cfg.Throughput)))
+		p.limiter = newLimiter(cfg.Throughput)
 	}
 	return p, nil
 }
@@ -227,11 +292,14 @@ func (p *Publisher) Send(ctx context.Context, m *outbox.Message) outbox.Result {
 		return outbox.Result{Err: &outbox.PublishError{Code: CodeUnknownTenant, Message: "the tenant's WhatsApp credentials lack a phone number ID or an access token", Permanent: true}}
 	}
 	now := p.cfg.Clock.Now()
+	if err := p.checkPause(ctx, m.Tenant, creds); err != nil {
+		return outbox.Result{Err: err}
+	}
 
 	if !req.Template && p.cfg.Windows != nil {
 		w, ok, err := p.cfg.Windows.WindowGet(ctx, m.Tenant, req.To)
 		if err != nil {
-			return outbox.Result{Err: &outbox.PublishError{Code: CodeStateUnavailable, Message: "the session window store failed", Err: err}}
+			return outbox.Result{Err: p.stateUnavailable(ctx, m, "the session window store failed", err)}
 		}
 		if !ok || !w.Open(now) {
 			return outbox.Result{Err: outbox.Permanent(CodeWindowClosed, "free-form message outside the 24-hour customer-service window: the user has not written in the last 24 hours; send a template instead")}
@@ -245,22 +313,25 @@ func (p *Publisher) Send(ctx context.Context, m *outbox.Message) outbox.Result {
 	}
 	// Take a throughput token first, so that a message deferred for
 	// throughput is not counted against the quota.
-	var wait time.Duration
+	var (
+		wait time.Duration
+		slot *rate.Reservation
+	)
 	if p.limiter != nil {
-		wait = p.limiter.reserve(creds.PhoneNumberID, time.Now())
+		slot, wait = p.limiter.reserve(creds.PhoneNumberID, time.Now())
 		if wait > maxThroughputWait {
-			p.limiter.cancel(creds.PhoneNumberID)
+			slot.Cancel()
 			return outbox.Result{Err: outbox.Defer(positive(wait), CodeThrottled, fmt.Sprintf("the business phone number's throughput limit of %g messages per second is reached", p.cfg.Throughput))}
 		}
 	}
 	if p.cfg.Quotas != nil {
 		st, ok, err := p.cfg.Quotas.QuotaConsume(ctx, m.Tenant, now)
 		if err != nil {
-			p.cancelToken(creds.PhoneNumberID)
-			return outbox.Result{Err: &outbox.PublishError{Code: CodeStateUnavailable, Message: "the quota store failed", Err: err}}
+			cancelSlot(slot)
+			return outbox.Result{Err: p.stateUnavailable(ctx, m, "the quota store failed", err)}
 		}
 		if !ok {
-			p.cancelToken(creds.PhoneNumberID)
+			cancelSlot(slot)
 			if st.Throttled {
 				return outbox.Result{Err: outbox.Defer(positive(st.ThrottledUntil.Sub(now)), CodeThrottled, "the tenant is throttled after a rate limit until "+st.ThrottledUntil.Format(time.RFC3339))}
 			}
@@ -275,14 +346,69 @@ func (p *Publisher) Send(ctx context.Context, m *outbox.Message) outbox.Result {
 	return p.post(ctx, m, req, creds)
 }
 
+// stateUnavailable defers m after a window or quota store failure: the
+// store's outage is not the message's fault, so no attempt is counted.
+func (p *Publisher) stateUnavailable(ctx context.Context, m *outbox.Message, what string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", outbox.ErrNotAttempted, ctx.Err())
+	}
+	p.cfg.Logger.WarnContext(ctx, "whatsapp: "+what+"; message deferred", "message_id", m.ID, "tenant", m.Tenant, "retry_in", p.cfg.StateRetry, "err", err)
+	return outbox.Defer(p.cfg.StateRetry, CodeStateUnavailable, what+": "+err.Error())
+}
+
+// checkPause defers the message of a paused tenant while its credentials
+// are the rejected ones, and lifts the pause once they changed.
+func (p *Publisher) checkPause(ctx context.Context, tenant string, creds Credentials) error {
+	p.mu.Lock()
+	tp, ok := p.paused[tenant]
+	same := ok && tp.creds == fingerprint(creds)
+	if ok && !same {
+		delete(p.paused, tenant)
+	}
+	p.mu.Unlock()
+	switch {
+	case same:
+		return outbox.Defer(p.cfg.CredentialsRetry, CodeCredentialsRejected,
+			fmt.Sprintf("the tenant's sends are paused since %s: Meta rejected its credentials (%s, %s); update them", tp.since.Format(time.RFC3339), tp.code, tp.reason))
+	case ok:
+		p.cfg.Logger.InfoContext(ctx, "whatsapp: the tenant's credentials changed; its sends resume", "tenant", tenant, "paused_since", tp.since)
+		if p.cfg.Observer != nil {
+			p.cfg.Observer.OnTenantResumed(ctx, TenantEvent{Tenant: tenant, Code: tp.code, Reason: tp.reason, Since: tp.since})
+		}
+	}
+	return nil
+}
+
+// pause stops the tenant's sends until its credentials change.
+func (p *Publisher) pause(ctx context.Context, tenant string, creds Credentials, code, reason string, now time.Time) {
+	fp := fingerprint(creds)
+	p.mu.Lock()
+	tp, was := p.paused[tenant]
+	fresh := !was || tp.creds != fp
+	if fresh {
+		tp = tenantPause{creds: fp, code: code, reason: reason, since: now}
+		p.paused[tenant] = tp
+	}
+	p.mu.Unlock()
+	if !fresh {
+		return
+	}
+	p.cfg.Logger.ErrorContext(ctx, "whatsapp: Meta rejected the tenant's credentials; its sends are paused (messages deferred, not failed) until the CredentialsProvider returns new ones",
+		"tenant", tenant, "code", code, "reason", reason)
+	if p.cfg.Observer != nil {
+		p.cfg.Observer.OnTenantPaused(ctx, TenantEvent{Tenant: tenant, Code: code, Reason: reason, Since: now})
+	}
+}
+
 // maxThroughputWait is the longest a message waits in Send for a
 // throughput token; a longer wait defers it instead, so it does not hold
 // its lease (and the rest of its batch) while it waits.
 const maxThroughputWait = time.Second
 
-func (p *Publisher) cancelToken(phoneNumberID string) {
-	if p.limiter != nil {
-		p.limiter.cancel(phoneNumberID)
+// cancelSlot gives back a send slot taken and not used.
+func cancelSlot(slot *rate.Reservation) {
+	if slot != nil {
+		slot.Cancel()
 	}
 }
 
@@ -391,6 +517,9 @@ func (p *Publisher) apiError(ctx context.Context, m *outbox.Message, req Request
 		p.throttleTenant(ctx, m.Tenant, now.Add(d), now)
 		p.cfg.Logger.InfoContext(ctx, "whatsapp: rate limited; tenant throttled, message deferred", "message_id", m.ID, "tenant", m.Tenant, "code", e.Code, "retry_after", d)
 		return outbox.Defer(positive(d), code, msg)
+	case ScopeCredentials:
+		p.pause(ctx, m.Tenant, creds, code, spec.Description, now)
+		return outbox.Defer(p.cfg.CredentialsRetry, CodeCredentialsRejected, "the tenant's sends are paused until its credentials change: "+msg)
 	case ScopeRecipient:
 		d = cmp.Or(d, p.recipientFailed(m.Tenant, req.To, now))
 		p.cfg.Logger.InfoContext(ctx, "whatsapp: pair rate limited; recipient throttled, message deferred", "message_id", m.ID, "tenant", m.Tenant, "code", e.Code, "retry_after", d)
@@ -509,49 +638,36 @@ func redactBytes(b []byte, c Credentials) []byte {
 	return b
 }
 
-// limiter is a token bucket per key (business phone number).
+// limiter paces sends per key (business phone number) with
+// golang.org/x/time/rate. Its burst is one message: sends are spaced by at
+// least 1/rate, so any one-second window holds at most rate of them, also
+// after an idle spell (a bucket that started full with a second's worth of
+// tokens let twice the rate through in the first second).
 type limiter struct {
-	rate  float64
-	burst float64
-	mu    sync.Mutex
-	b     map[string]*bucket
+	rate rate.Limit
+	mu   sync.Mutex
+	b    map[string]*rate.Limiter
 }
 
-type bucket struct {
-	tokens float64
-	last   time.Time
+func newLimiter(perSecond float64) *limiter {
+	// A hair under the rate: the limiter computes in floating point, and
+	// spacing rounded down by a nanosecond would fit rate+1 sends in a
+	// second.
+	return &limiter{rate: rate.Limit(perSecond * (1 - 1e-6)), b: map[string]*rate.Limiter{}}
 }
 
-func newLimiter(rate float64, burst int) *limiter {
-	return &limiter{rate: rate, burst: float64(max(burst, 1)), b: map[string]*bucket{}}
-}
-
-// reserve takes a token for key and returns how long to wait before using
-// it.
-func (l *limiter) reserve(key string, now time.Time) time.Duration {
+// reserve takes key's next send slot at or after now and returns it with
+// how long to wait for it.
+func (l *limiter) reserve(key string, now time.Time) (*rate.Reservation, time.Duration) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.b[key]
-	if b == nil {
-		b = &bucket{tokens: l.burst, last: now}
-		l.b[key] = b
+	lim := l.b[key]
+	if lim == nil {
+		lim = rate.NewLimiter(l.rate, 1)
+		l.b[key] = lim
 	}
-	b.tokens = math.Min(l.burst, b.tokens+now.Sub(b.last).Seconds()*l.rate)
-	b.last = now
-	b.tokens--
-	if b.tokens >= 0 {
-		return 0
-	}
-	return time.Duration(-b.tokens / l.rate * float64(time.Second))
-}
-
-// cancel gives back a token taken by reserve and not used.
-func (l *limiter) cancel(key string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if b := l.b[key]; b != nil {
-		b.tokens = math.Min(l.burst, b.tokens+1)
-	}
+	l.mu.Unlock()
+	r := lim.ReserveN(now, 1)
+	return r, r.DelayFrom(now)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
