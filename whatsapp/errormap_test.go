@@ -104,12 +104,16 @@ func TestEveryMappedCodeThroughTheAPI(t *testing.T) {
 				// a rate limit defers the message: retried after the
 				// throttle, no attempt counted, never dead-lettered for it
 				de := deferErr(t, res)
-				want := spec.RetryAfter
-				if spec.RateLimit == ScopeRecipient {
+				want, wantCode := spec.RetryAfter, strconv.Itoa(code)
+				switch spec.RateLimit {
+				case ScopeRecipient:
 					want = time.Second // Meta's 4^0 s after a first pair-limit error
+				case ScopeCredentials:
+					// the tenant pauses until its credentials change
+					want, wantCode = time.Minute, CodeCredentialsRejected
 				}
-				if de.Code != strconv.Itoa(code) || de.Delay != want {
-					t.Fatalf("deferred %q for %v, want %d for %v", de.Code, de.Delay, code, want)
+				if de.Code != wantCode || de.Delay != want {
+					t.Fatalf("deferred %q for %v, want %s for %v", de.Code, de.Delay, wantCode, want)
 				}
 			} else {
 				pe := publishErr(t, res)
