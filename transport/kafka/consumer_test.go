@@ -122,7 +122,7 @@ func TestEndToEndCrashBetweenPublishAndMarkSent(t *testing.T) {
 	pub := newPublisher(t, kafka.Config{Client: newClient(t, c)})
 	store := &crashingStore{Store: producerDB, id: victim}
 	proc, err := outbox.NewProcessor(store, pub, outbox.Config{
-		PollInterval: 20 * time.Millisecond, ProcessingTimeout: 3 * time.Second, RecoveryInterval: 100 * time.Millisecond,
+		Topics: []string{"orders"}, PollInterval: 20 * time.Millisecond, ProcessingTimeout: 3 * time.Second, RecoveryInterval: 100 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)

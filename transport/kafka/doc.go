@@ -13,7 +13,7 @@
 //	...
 //	pub, err := outboxkafka.New(outboxkafka.Config{Client: cl, TopicPrefix: "outbox."})
 //	...
-//	proc, err := outbox.NewProcessor(store, pub, outbox.Config{})
+//	proc, err := outbox.NewProcessor(store, pub, outbox.Config{Topics: []string{"orders"}})
 //
 // A Consumer hands each record to a handler in the consumer's own database
 // transaction, through the inbox, and commits the record's offset only after
