@@ -11,8 +11,6 @@ import (
 	"github.com/oklog/ulid/v2"
 )
 
-const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-
 func TestValidateMessage(t *testing.T) {
 	t.Parallel()
 	ok := func() Message { return Message{Topic: "t", Payload: []byte(`{"a":1}`)} }
