@@ -110,8 +110,16 @@ func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueM
 		if p.DryRun || len(seqs) == 0 {
 			return nil
 		}
+		// A first-attempt success kept on the message row moves to the
+		// attempts table before the requeue clears it (see finishSQL).
+		if _, err := tx.Exec(ctx, `INSERT INTO `+s.attempts+` (message_id, tenant, number, outcome, provider_response, started_at, finished_at)
+			SELECT id, tenant, 1, 'SUCCEEDED', sent_response, sent_started_at, sent_finished_at FROM `+s.messages+`
+			WHERE id = ANY($1::text[]) AND status = 'FAILED' AND sent_finished_at IS NOT NULL`, res.IDs); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `UPDATE `+s.messages+` SET status = 'PENDING', attempts = 0,
-			next_attempt_at = $1, updated_at = $1, claimed_at = NULL, claimed_by = NULL
+			next_attempt_at = $1, updated_at = $1, claimed_at = NULL, claimed_by = NULL,
+			sent_response = NULL, sent_started_at = NULL, sent_finished_at = NULL
 			WHERE id = ANY($2::text[]) AND status = 'FAILED'`, p.Now, res.IDs)
 		if err != nil {
 			return err

@@ -280,18 +280,44 @@ ORDER BY seq
 LIMIT $6`),
 		count:    q(`SELECT status, count(*) FROM {T} WHERE tenant = $1 GROUP BY status`),
 		countAll: q(`SELECT status, count(*) FROM {T} GROUP BY status`),
+		// The attempts of a message, with a first-attempt success read from
+		// the message row (sent_* columns: see finishSQL) as attempt 1.
 		attempts: q(`SELECT message_id, tenant, number, outcome, error_code, error_message, provider_response,
 	next_attempt_at, started_at, finished_at
-FROM {A} WHERE tenant = $1 AND message_id = $2 ORDER BY id`),
+FROM (
+	SELECT 0::bigint AS k, m.id AS message_id, m.tenant, 1 AS number, 'SUCCEEDED'::text AS outcome,
+		NULL::text AS error_code, NULL::text AS error_message, m.sent_response AS provider_response,
+		NULL::timestamptz AS next_attempt_at, m.sent_started_at AS started_at, m.sent_finished_at AS finished_at
+	FROM {T} m
+	WHERE m.tenant = $1 AND m.id = $2 AND m.sent_finished_at IS NOT NULL
+	UNION ALL
+	SELECT id, message_id, tenant, number, outcome, error_code, error_message, provider_response,
+		next_attempt_at, started_at, finished_at
+	FROM {A} WHERE tenant = $1 AND message_id = $2
+) h
+ORDER BY k`),
 		cancel: q(`UPDATE {T} SET status = 'CANCELLED', updated_at = $3
 WHERE tenant = $1 AND id = $2 AND status = 'PENDING'
 RETURNING {COLS}`),
-		requeue: q(`WITH upd AS (
-	UPDATE {T} SET status = 'PENDING', attempts = 0, next_attempt_at = $3, updated_at = $3,
-		claimed_at = NULL, claimed_by = NULL, provider_message_id = NULL,
-		sent_at = NULL, delivered_at = NULL, read_at = NULL
+		// A requeue clears sent_at: a first-attempt success kept on the
+		// message row moves to the attempts table first.
+		requeue: q(`WITH old AS (
+	SELECT id, tenant, sent_response, sent_started_at, sent_finished_at FROM {T}
 	WHERE tenant = $1 AND id = $2 AND status = 'FAILED'
-	RETURNING {COLS}
+	FOR UPDATE
+), upd AS (
+	UPDATE {T} m SET status = 'PENDING', attempts = 0, next_attempt_at = $3, updated_at = $3,
+		claimed_at = NULL, claimed_by = NULL, provider_message_id = NULL,
+		sent_at = NULL, delivered_at = NULL, read_at = NULL,
+		sent_response = NULL, sent_started_at = NULL, sent_finished_at = NULL
+	FROM old
+	WHERE m.id = old.id AND m.status = 'FAILED'
+	RETURNING {MCOLS}
+), kept AS (
+	INSERT INTO {A} (message_id, tenant, number, outcome, provider_response, started_at, finished_at)
+	SELECT old.id, old.tenant, 1, 'SUCCEEDED', old.sent_response, old.sent_started_at, old.sent_finished_at
+	FROM old JOIN upd ON upd.id = old.id
+	WHERE old.sent_finished_at IS NOT NULL
 ), woke AS (
 	SELECT count(pg_notify($4, '')) AS n FROM (SELECT 1 FROM upd LIMIT 1) x WHERE $4 <> ''
 )
@@ -344,14 +370,19 @@ func finishSQL(mask int) string {
 	if mask&finishSent != 0 {
 		ctes = append(ctes, `s_up AS (
 	UPDATE {T} m SET status = 'SENT', provider_message_id = x.pmid,
-		sent_at = coalesce(m.sent_at, $1), updated_at = $1, claimed_at = NULL, claimed_by = NULL
+		sent_at = coalesce(m.sent_at, $1), updated_at = $1, claimed_at = NULL, claimed_by = NULL,
+		sent_response = CASE WHEN x.attempt = 1 THEN x.resp::json END,
+		sent_started_at = CASE WHEN x.attempt = 1 THEN x.started END,
+		sent_finished_at = CASE WHEN x.attempt = 1 THEN $1 END
 	FROM unnest(`+arg("text[]")+`, `+arg("int4[]")+`, `+arg("text[]")+`, `+arg("text[]")+`, `+arg("timestamptz[]")+`)
 		AS x(id, attempt, pmid, resp, started)
 	WHERE m.id = x.id AND `+fence+`
 	RETURNING m.id, m.tenant, x.attempt, 'SUCCEEDED'::text AS outcome, NULL::text AS code, NULL::text AS msg,
 		x.resp, NULL::timestamptz AS next, x.started
 )`)
-		attempts, applied = append(attempts, "SELECT * FROM s_up"), append(applied, "SELECT id FROM s_up")
+		// A first-attempt success stays on the message row (sent_response,
+		// sent_started_at): no attempts row on the common path.
+		attempts, applied = append(attempts, "SELECT * FROM s_up WHERE attempt > 1"), append(applied, "SELECT id FROM s_up")
 	}
 	if mask&finishRetry != 0 {
 		ctes = append(ctes, `r_up AS (
