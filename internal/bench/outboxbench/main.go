@@ -1,13 +1,13 @@
-// Command postgres-bench measures store/postgres on this machine and prints
+// Command outboxbench measures store/postgres on this machine and prints
 // one table: enqueue throughput, drain throughput with FIFO checked,
 // enqueue-to-publish latency at a steady rate, peak RSS while draining a
 // large backlog, and pgbench's ceilings for the equivalent statements so
 // every figure can be read as a fraction of what PostgreSQL itself does
 // here.
 //
-//	go run ./examples/postgres-bench                 # full run (about 5 minutes)
-//	go run ./examples/postgres-bench -quick          # smaller sizes (about 1 minute)
-//	go run ./examples/postgres-bench -dsn postgres://user@host/db
+//	go run ./internal/bench/outboxbench                 # full run (about 5 minutes)
+//	go run ./internal/bench/outboxbench -quick          # smaller sizes (about 1 minute)
+//	go run ./internal/bench/outboxbench -dsn postgres://user@host/db
 //
 // It works in fresh schemas (bench_*) that it drops at the end. pgbench must
 // be on PATH for the ceilings (Debian: postgresql-client).
@@ -77,7 +77,7 @@ func main() {
 	only := flag.String("only", "", "comma-separated subset: enqueue,drain,latency,rss,pgbench")
 	flag.Parse()
 	log.SetFlags(0)
-	log.SetPrefix("postgres-bench: ")
+	log.SetPrefix("outboxbench: ")
 
 	c.enqueueFor, c.drainN, c.drainGroups = 10*time.Second, 100_000, 1000
 	c.latencyRate, c.latencyFor, c.rssN = 500, 20*time.Second, 1_000_000
