@@ -75,6 +75,9 @@ func main() {
 	flag.BoolVar(&noNotify, "no-notify", false, "stores run with Options.DisableNotify (polling only)")
 	flag.BoolVar(&asyncCommit, "async-commit", false, "stores run with Options.AsyncCommit")
 	only := flag.String("only", "", "comma-separated subset: enqueue,drain,latency,rss,pgbench")
+	nRounds := flag.Int("rounds", 0, "rounds per figure (default 3, 1 with -quick)")
+	drainN := flag.Int("drain-n", 0, "messages per drain (default 100,000, 20,000 with -quick)")
+	procs := flag.String("procs", "1,4", "comma-separated processor counts for the drain")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("outboxbench: ")
@@ -84,6 +87,21 @@ func main() {
 	c.pgbenchFor, c.clients, c.claimBatch, c.rounds = 10*time.Second, 8, 500, 3
 	if c.quick {
 		c.enqueueFor, c.drainN, c.latencyFor, c.rssN, c.pgbenchFor, c.rounds = 3*time.Second, 20_000, 5*time.Second, 100_000, 3*time.Second, 1
+	}
+
+	if *nRounds > 0 {
+		c.rounds = *nRounds
+	}
+	if *drainN > 0 {
+		c.drainN = *drainN
+	}
+	var procCounts []int
+	for _, p := range strings.Split(*procs, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 {
+			log.Fatalf("-procs: %q is not a processor count", p)
+		}
+		procCounts = append(procCounts, n)
 	}
 
 	ctx := context.Background()
@@ -179,7 +197,7 @@ func main() {
 			ceil(func() (float64, error) { return pg.insert(100, true) }), "msg/s", "", 0)
 	}
 	if want("drain") {
-		for _, procs := range []int{1, 4} {
+		for _, procs := range procCounts {
 			target, minFrac := "", 0.0
 			if procs == 4 {
 				target, minFrac = ">= 50% of ceiling, FIFO held", 0.5
@@ -516,14 +534,20 @@ func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) (f
 		return 0, "", err
 	}
 	pub := newFIFO()
+	cpu0, local := pgCPU(c.dsn)
 	start := time.Now()
 	stop := runProcessors(ctx, c.dsn, s, pub, procs, outbox.Config{PollBatchSize: c.claimBatch, BufferSize: 2 * c.claimBatch, MaxConcurrentGroups: 10, PollInterval: 100 * time.Millisecond})
 	for pub.n.Load() < int64(c.drainN) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
+	cpu1, _ := pgCPU(c.dsn)
 	if err := stop(); err != nil {
 		return 0, "", err
+	}
+	cpuNote := ""
+	if local {
+		cpuNote = fmt.Sprintf(", PostgreSQL CPU %.0f µs/msg", float64((cpu1-cpu0).Microseconds())/float64(c.drainN))
 	}
 	cnt, err := s.MessageCount(ctx, outbox.MessageCountParams{AllTenants: true})
 	if err != nil {
@@ -536,7 +560,7 @@ func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) (f
 	if cnt[outbox.StatusSent] != int64(c.drainN) {
 		fifo += fmt.Sprintf("; %d SENT of %d", cnt[outbox.StatusSent], c.drainN)
 	}
-	return float64(c.drainN) / elapsed.Seconds(), fmt.Sprintf("FIFO held: %s, duplicates: %d", fifo, pub.dup.Load()), nil
+	return float64(c.drainN) / elapsed.Seconds(), fmt.Sprintf("FIFO held: %s, duplicates: %d%s", fifo, pub.dup.Load(), cpuNote), nil
 }
 
 func benchLatency(ctx context.Context, c config, pool *pgxpool.Pool) (row, error) {
