@@ -396,3 +396,62 @@ func cmdPrune(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "pruned %d finished messages last updated before %s\n", total, before.UTC().Format(time.RFC3339))
 	return nil
 }
+
+func cmdPause(ctx context.Context, verb string, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
+	var c conn
+	c.register(fs)
+	topic := fs.String("topic", "", "the topic")
+	group := fs.String("group", "", "one group of the topic (default every group)")
+	tenant := fs.String("tenant", "", "one tenant (default every tenant)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *topic == "" && (verb == "resume" || *group != "" || *tenant != "") {
+		return usagef("%s needs --topic", verb)
+	}
+	t, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	a, err := t.admin()
+	if err != nil {
+		return err
+	}
+	switch {
+	case verb == "resume":
+		ok, err := a.PauseRemove(ctx, outbox.PauseRemoveParams{Topic: *topic, Group: *group, Tenant: *tenant})
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("no such pause: topic %q, group %q, tenant %q", *topic, *group, *tenant)
+		}
+		fmt.Fprintf(out, "resumed topic %q group %q tenant %q\n", *topic, *group, *tenant)
+	case *topic != "":
+		if err := a.PauseAdd(ctx, outbox.PauseAddParams{Topic: *topic, Group: *group, Tenant: *tenant}); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "paused topic %q group %q tenant %q\n", *topic, *group, *tenant)
+	default:
+		ps, err := a.PauseList(ctx, outbox.PauseListParams{})
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TOPIC\tGROUP\tTENANT\tSINCE")
+		for _, p := range ps {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Topic, or(p.Group, "(all)"), or(p.Tenant, "(all)"), p.CreatedAt.Format(time.RFC3339))
+		}
+		_ = tw.Flush()
+	}
+	return nil
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -11,6 +11,8 @@
 //	outboxctl requeue  --url URL [FILTER] [--all] [--dry-run] [--chunk 500]
 //	outboxctl requeue  --url URL --id ID [--tenant T]
 //	outboxctl prune    --url URL --older-than 720h [--chunk 1000]
+//	outboxctl pause    --url URL [--topic T [--group G] [--tenant T]]
+//	outboxctl resume   --url URL --topic T [--group G] [--tenant T]
 //
 // FILTER: --status, --topic, --group, --tenant (comma-separated for
 // several), --error-code, --created-after, --created-before (RFC 3339).
@@ -31,6 +33,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/outboxkit/outboxkit/outbox"
@@ -51,6 +54,8 @@ commands:
   list                         messages of every tenant matching a filter
   requeue                      dead letters back to PENDING (by filter in chunks, or --id)
   prune                        delete finished messages older than --older-than
+  pause, resume                stop or restart the claiming of a --topic (or one --group of it);
+                               pause without --topic lists the pauses
 
 Run "outboxctl COMMAND -h" for a command's flags.
 `
@@ -83,6 +88,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdRequeue(ctx, args[1:], stdout)
 	case "prune":
 		err = cmdPrune(ctx, args[1:], stdout)
+	case "pause", "resume":
+		err = cmdPause(ctx, args[0], args[1:], stdout)
 	default:
 		err = usagef("unknown command %q", args[0])
 	}
@@ -94,7 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.As(err, &ue), errors.Is(err, outbox.ErrInvalidInput), errors.Is(err, errFlags):
 		fmt.Fprintln(stderr, "outboxctl:", err)
-		if errors.As(err, &ue) && args[0] != "migrate" && args[0] != "stats" && args[0] != "list" && args[0] != "requeue" && args[0] != "prune" {
+		if errors.As(err, &ue) && strings.HasPrefix(ue.msg, "unknown command") {
 			fmt.Fprint(stderr, usage)
 		}
 		return 2

@@ -282,6 +282,28 @@ func TestSQLiteSession(t *testing.T) {
 		t.Fatalf("prune: %s", out)
 	}
 
+	// Pause and resume: the claim honours them.
+	mustCtl(t, "pause", "--url", url, "--topic", "orders", "--tenant", "B")
+	if out := mustCtl(t, "pause", "--url", url); !regexpLine(out, `orders\s+\(all\)\s+B\s+\S+`) {
+		t.Fatalf("pause (list):\n%s", out)
+	}
+	if _, err := ob.Enqueue(ctx, outbox.Message{Tenant: "B", Topic: "orders", Payload: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := st.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "o3", Now: time.Now()}); len(got) != 0 {
+		t.Fatalf("claimed %d messages of a paused topic", len(got))
+	}
+	if code, _, _ := ctl(t, "resume", "--url", url); code != 2 {
+		t.Errorf("resume without --topic: exit %d, want 2", code)
+	}
+	mustCtl(t, "resume", "--url", url, "--topic", "orders", "--tenant", "B")
+	if got, _ := st.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "o3", Now: time.Now()}); len(got) != 1 {
+		t.Fatalf("claimed %d messages after resume, want 1", len(got))
+	}
+	if code, _, _ := ctl(t, "resume", "--url", url, "--topic", "orders", "--tenant", "B"); code != 1 {
+		t.Errorf("resume of no pause: exit %d, want 1", code)
+	}
+
 	if out := mustCtl(t, "migrate", "down", "--url", url); !strings.Contains(out, "schema version 0") {
 		t.Fatalf("migrate down: %s", out)
 	}
