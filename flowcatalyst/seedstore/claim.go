@@ -68,6 +68,9 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 }
 
 func (s *Store) claim(ctx context.Context, t *table, limit int, owner string) ([]outbox.Message, error) {
+	if s.mysql {
+		return s.claimMySQL(ctx, t, limit, owner)
+	}
 	out, err := s.claimWith(ctx, t, t.sql.claim, owner, limit, min(limit, s.chunk), !s.unorderedNull)
 	if err != nil || !s.unorderedNull || len(out) >= limit {
 		return out, err
@@ -104,12 +107,18 @@ func (s *Store) claimWith(ctx context.Context, t *table, stmt, owner string, arg
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("seedstore: claim %s: %w", t.raw, err)
 	}
+	s.remember(t, out, claimed)
+	return out, nil
+}
+
+// remember records the leases of rows claimed from t: out[i] was claimed
+// at claimed[i], as the database wrote processed_at.
+func (s *Store) remember(t *table, out []outbox.Message, claimed []time.Time) {
 	s.mu.Lock()
 	for i, m := range out {
 		s.leases[leaseKey{t.topic, m.ID}] = lease{claimedAt: claimed[i], attempt: m.Attempts}
 	}
 	s.mu.Unlock()
-	return out, nil
 }
 
 // row is one row of a seed table.

@@ -36,6 +36,20 @@ func (s *Store) leaseOf(topic, id string) (*table, lease, bool) {
 	return found, fl, found != nil
 }
 
+// batch is the outcomes of one kind for one table: ids, the claim time of
+// each (the fence), and per kind the retry delay (µs from the database's
+// NOW()), retry_count, error text or deferral.
+type batch struct {
+	ids     []string
+	claimed []time.Time
+	next    []int64
+	retry   []int
+	msgs    []string
+	deferTo []*int64
+}
+
+type perTable struct{ sent, retry, dead, released batch }
+
 // MessageFinish records outcomes in one transaction, fenced by the claim:
 // an outcome applies only while its row is PROCESSING with the processed_at
 // this Store set when it claimed it (and the same attempt). Outcomes for
@@ -47,15 +61,6 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	// delay turns a due time on the caller's clock into a delay from the
 	// database's NOW(), in microseconds, so skewed clocks do not matter.
 	delay := func(t time.Time) int64 { return max(at(t).Sub(now), 0).Microseconds() }
-	type batch struct {
-		ids     []string
-		claimed []time.Time
-		next    []int64
-		retry   []int
-		msgs    []string
-		deferTo []*int64
-	}
-	type perTable struct{ sent, retry, dead, released batch }
 	work := map[*table]*perTable{}
 	var res outbox.FinishResult
 	var keys []leaseKey
@@ -124,6 +129,15 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	if len(work) == 0 {
 		return res, nil
 	}
+	if s.mysql {
+		lost, err := s.finishMySQL(ctx, work)
+		if err != nil {
+			return outbox.FinishResult{}, err
+		}
+		s.forget(keys)
+		res.LeaseLost = append(res.LeaseLost, lost...)
+		return res, nil
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return outbox.FinishResult{}, fmt.Errorf("seedstore: finish: %w", err)
@@ -176,13 +190,17 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	if err := tx.Commit(); err != nil {
 		return outbox.FinishResult{}, fmt.Errorf("seedstore: finish: %w", err)
 	}
+	s.forget(keys)
+	res.LeaseLost = append(res.LeaseLost, lost...)
+	return res, nil
+}
+
+func (s *Store) forget(keys []leaseKey) {
 	s.mu.Lock()
 	for _, k := range keys {
 		delete(s.leases, k)
 	}
 	s.mu.Unlock()
-	res.LeaseLost = append(res.LeaseLost, lost...)
-	return res, nil
 }
 
 // MessageRecover puts back to PENDING every PROCESSING row claimed longer
@@ -199,6 +217,15 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	timeout := max(at(p.Now).Sub(before), 0).Microseconds()
 	var res outbox.RecoverResult
 	for _, t := range s.tables {
+		if s.mysql {
+			rec, dead, err := s.recoverMySQL(ctx, t, timeout, p.MaxAttempts)
+			res.Recovered += rec
+			res.DeadLettered += dead
+			if err != nil {
+				return res, fmt.Errorf("seedstore: recover %s: %w", t.raw, err)
+			}
+			continue
+		}
 		rows, err := s.db.QueryContext(ctx, t.sql.recover, timeout, p.MaxAttempts,
 			errorText(outbox.ErrorInfo{Code: "lease_expired", Message: "the processor did not finish the attempt in time"}), s.recoveryCounts)
 		if err != nil {

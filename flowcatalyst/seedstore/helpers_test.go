@@ -6,6 +6,9 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,6 +54,32 @@ type bundle struct {
 	schema string
 	store  *seedstore.Store
 	opts   seedstore.Options
+	mysql  bool // MySQL/MariaDB: statements are rewritten by q
+}
+
+var (
+	dollarRE   = regexp.MustCompile(`\$([0-9]+)`)
+	intervalRE = regexp.MustCompile(`interval '([0-9]+) (second|minute|hour)s?'`)
+)
+
+// q returns query and args for b's database: on MySQL every $N becomes ?
+// with args reordered (and repeated) to match.
+func (b *bundle) q(query string, args []any) (string, []any) {
+	if !b.mysql || !dollarRE.MatchString(query) && !strings.Contains(query, "now() AT") {
+		return query, args
+	}
+	query = strings.ReplaceAll(query, "now() AT TIME ZONE 'UTC'", "NOW()")
+	query = intervalRE.ReplaceAllStringFunc(query, func(m string) string {
+		p := intervalRE.FindStringSubmatch(m)
+		return "INTERVAL " + p[1] + " " + strings.ToUpper(p[2])
+	})
+	var out []any
+	query = dollarRE.ReplaceAllStringFunc(query, func(m string) string {
+		n, _ := strconv.Atoi(m[1:])
+		out = append(out, args[n-1])
+		return "?"
+	})
+	return query, out
 }
 
 // setup connects to PostgreSQL, creates a fresh schema holding the seed's
@@ -96,7 +125,11 @@ func setup(t testing.TB) *bundle {
 // newStore returns another Store over the same tables (another processor).
 func (b *bundle) newStore(t *testing.T) *seedstore.Store {
 	t.Helper()
-	st, err := seedstore.New(b.db, b.opts)
+	newStore := seedstore.New
+	if b.mysql {
+		newStore = seedstore.NewMySQL
+	}
+	st, err := newStore(b.db, b.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,8 +152,8 @@ func (b *bundle) insert(t *testing.T, topic, group, payload string, createdAt ti
 	if group != "" {
 		g = group
 	}
-	_, err := b.db.Exec(`INSERT INTO `+b.table(topic)+` (id, type, message_group, payload, status, retry_count, created_at)
-VALUES ($1, $2, $3, $4, 'PENDING', 0, $5)`, id, topic, g, payload, createdAt.UTC())
+	_, err := b.dbExec(b.q(`INSERT INTO `+b.table(topic)+` (id, type, message_group, payload, status, retry_count, created_at)
+VALUES ($1, $2, $3, $4, 'PENDING', 0, $5)`, []any{id, topic, g, payload, createdAt.UTC()}))
 	if err != nil {
 		t.Fatalf("insert: %v", err)
 	}
@@ -137,7 +170,7 @@ type seedRow struct {
 func (b *bundle) row(t *testing.T, topic, id string) seedRow {
 	t.Helper()
 	var r seedRow
-	err := b.db.QueryRow(`SELECT status, retry_count, processed_at, error_message FROM `+b.table(topic)+` WHERE id = $1`, id).
+	err := b.dbQueryRow(b.q(`SELECT status, retry_count, processed_at, error_message FROM `+b.table(topic)+` WHERE id = $1`, []any{id})).
 		Scan(&r.Status, &r.RetryCount, &r.ProcessedAt, &r.Error)
 	if err != nil {
 		t.Fatalf("row %s: %v", id, err)
@@ -147,7 +180,11 @@ func (b *bundle) row(t *testing.T, topic, id string) seedRow {
 
 func (b *bundle) exec(t testing.TB, q string, args ...any) {
 	t.Helper()
-	if _, err := b.db.Exec(q, args...); err != nil {
+	if _, err := b.dbExec(b.q(q, args)); err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
 }
+
+func (b *bundle) dbExec(q string, args []any) (sql.Result, error) { return b.db.Exec(q, args...) }
+
+func (b *bundle) dbQueryRow(q string, args []any) *sql.Row { return b.db.QueryRow(q, args...) }

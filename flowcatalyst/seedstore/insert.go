@@ -70,8 +70,7 @@ func (s *Store) Insert(ctx context.Context, ex Execer, items ...Item) ([]string,
 		if it.Group != "" {
 			group = it.Group
 		}
-		if _, err := ex.ExecContext(ctx, `INSERT INTO `+t.name+` (id, type, message_group, payload, status, retry_count, created_at)
-VALUES ($1, $2, $3, $4, 'PENDING', 0, $5::timestamp)`, it.ID, it.Topic, group, string(it.Payload), at(it.CreatedAt)); err != nil {
+		if _, err := ex.ExecContext(ctx, t.sql.insert, it.ID, it.Topic, group, string(it.Payload), at(it.CreatedAt)); err != nil {
 			return nil, fmt.Errorf("seedstore: insert into %s: %w", t.raw, err)
 		}
 		ids[i] = it.ID

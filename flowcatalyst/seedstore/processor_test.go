@@ -70,7 +70,7 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 func (b *bundle) countStatus(t *testing.T, status string) int {
 	t.Helper()
 	var n int
-	err := b.db.QueryRow(`SELECT (SELECT count(*) FROM `+b.table("EVENT")+` WHERE status = $1) + (SELECT count(*) FROM `+b.table("DISPATCH_JOB")+` WHERE status = $1)`, status).Scan(&n)
+	err := b.dbQueryRow(b.q(`SELECT (SELECT count(*) FROM `+b.table("EVENT")+` WHERE status = $1) + (SELECT count(*) FROM `+b.table("DISPATCH_JOB")+` WHERE status = $1)`, []any{status})).Scan(&n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +136,10 @@ func (b *bundle) insertGroups(t *testing.T, topic string, per map[string]int) {
 
 func TestProcessorDeliversEverythingInFIFOOrder(t *testing.T) {
 	t.Parallel()
+	testProcessorDeliversEverythingInFIFOOrder(t, setup)
+}
+
+func testProcessorDeliversEverythingInFIFOOrder(t *testing.T, setup func(testing.TB) *bundle) {
 	b := setup(t)
 	srv := flowcatalysttest.NewServer()
 	defer srv.Close()
@@ -163,6 +167,10 @@ func TestProcessorDeliversEverythingInFIFOOrder(t *testing.T) {
 
 func TestProcessorRetriesThenFails(t *testing.T) {
 	t.Parallel()
+	testProcessorRetriesThenFails(t, setup)
+}
+
+func testProcessorRetriesThenFails(t *testing.T, setup func(testing.TB) *bundle) {
 	tests := []struct {
 		name  string
 		api   flowcatalyst.API
@@ -241,6 +249,10 @@ func TestProcessorRetriesThenFails(t *testing.T) {
 
 func TestProcessorRecoversStuckRow(t *testing.T) {
 	t.Parallel()
+	testProcessorRecoversStuckRow(t, setup)
+}
+
+func testProcessorRecoversStuckRow(t *testing.T, setup func(testing.TB) *bundle) {
 	b := setup(t)
 	srv := flowcatalysttest.NewServer()
 	defer srv.Close()
@@ -283,8 +295,9 @@ func TestProcessorSmallBufferLosesNothing(t *testing.T) {
 	checkFIFO(t, srv.Items(flowcatalyst.CurrentAPI.EventsPath), groups)
 }
 
-func TestProcessorStopsCleanly(t *testing.T) {
-	t.Parallel()
+func TestProcessorStopsCleanly(t *testing.T) { t.Parallel(); testProcessorStopsCleanly(t, setup) }
+
+func testProcessorStopsCleanly(t *testing.T, setup func(testing.TB) *bundle) {
 	b := setup(t)
 	srv := flowcatalysttest.NewServer()
 	defer srv.Close()

@@ -68,7 +68,12 @@ func (s *Store) MessageList(ctx context.Context, p outbox.MessageListParams) (ou
 		if p.Topic != "" && p.Topic != t.topic {
 			continue
 		}
-		rows, err := s.db.QueryContext(ctx, t.sql.list, after, status, p.Group, limit+1)
+		args := []any{after, status, p.Group, limit + 1}
+		if s.mysql {
+			// ? placeholders: each value as often as the statement uses it.
+			args = []any{after, after, status, status, p.Group, p.Group, limit + 1}
+		}
+		rows, err := s.db.QueryContext(ctx, t.sql.list, args...)
 		if err != nil {
 			return outbox.MessagePage{}, fmt.Errorf("seedstore: list: %w", err)
 		}

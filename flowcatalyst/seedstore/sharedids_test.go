@@ -14,6 +14,10 @@ import (
 // dispatch job may share one. Their outcomes must never be swapped.
 func TestIDsSharedAcrossTablesKeepTheirOwnOutcome(t *testing.T) {
 	t.Parallel()
+	testIDsSharedAcrossTablesKeepTheirOwnOutcome(t, setup)
+}
+
+func testIDsSharedAcrossTablesKeepTheirOwnOutcome(t *testing.T, setup func(testing.TB) *bundle) {
 	b := setup(t)
 	srv := flowcatalysttest.NewServer()
 	defer srv.Close()

@@ -84,9 +84,10 @@ import (
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
-// DB is what the Store needs of a database handle; *sql.DB has it. The
-// driver must be PostgreSQL's (e.g. github.com/jackc/pgx/v5/stdlib) and
-// accept Go slices as array parameters.
+// DB is what the Store needs of a database handle; *sql.DB has it. For New
+// the driver must be PostgreSQL's (e.g. github.com/jackc/pgx/v5/stdlib) and
+// accept Go slices as array parameters; for NewMySQL it must be
+// github.com/go-sql-driver/mysql, see NewMySQL.
 type DB interface {
 	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
@@ -144,12 +145,14 @@ type table struct {
 	name  string // quoted, possibly qualified
 	raw   string
 	sql   statements
+	my    mysqlStatements
 }
 
 // Store is an outbox.Store over seed 004's tables. It is safe for
 // concurrent use.
 type Store struct {
 	db     DB
+	mysql  bool     // the MySQL/MariaDB dialect (NewMySQL)
 	tables []*table // events, dispatch jobs
 	log    *slog.Logger
 
@@ -171,13 +174,15 @@ type lease struct {
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
 
-func quoteIdent(name string) (string, error) {
+func quoteIdent(name string) (string, error) { return quoteIdentWith(name, `"`) }
+
+func quoteIdentWith(name, quote string) (string, error) {
 	if !identRE.MatchString(name) {
 		return "", fmt.Errorf("%q is not a table name (letters, digits and _, optionally schema.table)", name)
 	}
 	parts := strings.Split(name, ".")
 	for i, p := range parts {
-		parts[i] = `"` + p + `"`
+		parts[i] = quote + p + quote
 	}
 	return strings.Join(parts, "."), nil
 }
@@ -192,9 +197,11 @@ func CheckTableName(name string) error {
 	return nil
 }
 
-// New returns a Store over db. It does not touch the database; see
-// CreateTables.
-func New(db DB, opts Options) (*Store, error) {
+// New returns a Store over db, a PostgreSQL database. It does not touch the
+// database; see CreateTables.
+func New(db DB, opts Options) (*Store, error) { return newStore(db, opts, false) }
+
+func newStore(db DB, opts Options, mysql bool) (*Store, error) {
 	if db == nil {
 		return nil, outbox.InvalidParam("db", "is nil")
 	}
@@ -216,17 +223,27 @@ func New(db DB, opts Options) (*Store, error) {
 	if opts.MaxClaimPerGroup == 0 {
 		opts.MaxClaimPerGroup = MaxClaimLimit
 	}
-	s := &Store{db: db, log: opts.Logger, leases: map[leaseKey]lease{},
+	s := &Store{db: db, mysql: mysql, log: opts.Logger, leases: map[leaseKey]lease{},
 		unorderedNull: opts.UnorderedNullGroup, recoveryCounts: opts.RecoveryCountsAttempt, chunk: opts.MaxClaimPerGroup}
 	for _, t := range []struct{ topic, name, field string }{
 		{flowcatalyst.TopicEvent, opts.EventsTable, "Options.EventsTable"},
 		{flowcatalyst.TopicDispatchJob, opts.DispatchJobsTable, "Options.DispatchJobsTable"},
 	} {
-		q, err := quoteIdent(t.name)
+		quote := `"`
+		if mysql {
+			quote = "`"
+		}
+		q, err := quoteIdentWith(t.name, quote)
 		if err != nil {
 			return nil, outbox.InvalidParam(t.field, err.Error())
 		}
-		s.tables = append(s.tables, &table{topic: t.topic, name: q, raw: t.name, sql: buildStatements(q)})
+		tb := &table{topic: t.topic, name: q, raw: t.name}
+		if mysql {
+			tb.sql, tb.my = buildMySQLStatements(q)
+		} else {
+			tb.sql = buildStatements(q)
+		}
+		s.tables = append(s.tables, tb)
 	}
 	return s, nil
 }
@@ -239,6 +256,9 @@ func (s *Store) Topics() []string {
 // CreateTables creates the two tables and their indexes, as seed 004
 // defines them, when they do not exist yet.
 func (s *Store) CreateTables(ctx context.Context) error {
+	if s.mysql {
+		return s.createTablesMySQL(ctx)
+	}
 	for _, t := range s.tables {
 		idx := "idx_" + strings.ReplaceAll(t.raw, ".", "_") + "_status"
 		if i := strings.LastIndex(t.raw, "."); i >= 0 {
