@@ -130,11 +130,17 @@ var dialect = sqlstore.Dialect{
 }
 
 // Open opens (creating if needed) the SQLite database file at path with
-// WAL journaling, a busy timeout, foreign keys on and immediate write
-// transactions (_txlock=immediate, so a *sql.Tx from InTx or DB().BeginTx
-// takes the write lock at BEGIN and never fails on a lock upgrade), and
-// returns a Store that owns it: Close closes the database. Open does not
-// migrate; call Migrate.
+// WAL journaling, a busy timeout and foreign keys on, and returns a Store
+// that owns it: Close closes the database. Open does not migrate; call
+// Migrate.
+//
+// The store's own writes (claims, outcomes, recovery) begin with BEGIN
+// IMMEDIATE. An application's transaction (InTx, DB().BeginTx) is SQLite's
+// default, deferred: it takes the write lock at its first write, not at
+// BEGIN, so a transaction that reads or computes first does not stall every
+// processor meanwhile. Write before you read in it where you can: a
+// deferred transaction that read, then writes after another writer
+// committed, fails with SQLITE_BUSY (retry it).
 //
 // path is a file name; an in-memory database (":memory:") is refused because
 // each pooled connection would see a different, empty database.
@@ -154,7 +160,6 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Add("_pragma", "synchronous(NORMAL)")
-	q.Set("_txlock", "immediate")
 	dsn := path + "?" + q.Encode()
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
