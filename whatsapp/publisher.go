@@ -174,6 +174,7 @@ type Publisher struct {
 	mu         sync.Mutex
 	recipients map[[2]string]*recipientThrottle
 	paused     map[string]tenantPause
+	each       outbox.Publisher // Publish: Send per message (outbox.PublishEach)
 }
 
 // tenantPause records that Meta rejected a tenant's credentials: the
@@ -234,6 +235,7 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 	cfg.StateRetry = cmp.Or(cfg.StateRetry, 30*time.Second)
 	cfg.CredentialsRetry = cmp.Or(cfg.CredentialsRetry, time.Minute)
 	p := &Publisher{cfg: cfg, endpoint: u, recipients: map[[2]string]*recipientThrottle{}, paused: map[string]tenantPause{}}
+	p.each = outbox.PublishEach(func(ctx context.Context, m outbox.Message) outbox.Result { return p.Send(ctx, &m) })
 	if cfg.Throughput > 0 {
 		p.limiter = newLimiter(cfg.Throughput)
 	}
@@ -244,27 +246,9 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 // message. In an ordered group (Message.Group != "") it stops at the first
 // failure: the group's later messages get outbox.ErrNotAttempted so FIFO
 // holds. When ctx ends, the messages not sent yet get an error matching both
-// outbox.ErrNotAttempted and ctx.Err().
+// outbox.ErrNotAttempted and ctx.Err(). It is outbox.PublishEach over Send.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox.Result {
-	results := make([]outbox.Result, len(msgs))
-	failed := map[string]bool{}
-	for i := range msgs {
-		m := &msgs[i]
-		key := m.GroupKey()
-		switch {
-		case m.Group != "" && failed[key]:
-			results[i] = outbox.Result{Err: outbox.ErrNotAttempted}
-			continue
-		case ctx.Err() != nil:
-			results[i] = outbox.Result{Err: fmt.Errorf("%w: %w", outbox.ErrNotAttempted, ctx.Err())}
-			continue
-		}
-		results[i] = p.Send(ctx, m)
-		if results[i].Err != nil && m.Group != "" {
-			failed[key] = true
-		}
-	}
-	return results
+	return p.each.Publish(ctx, msgs)
 }
 
 // Send sends one message and returns its result: the wamid as
