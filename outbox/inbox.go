@@ -15,7 +15,9 @@ type InboxStore[TTx any] interface {
 	// InboxClaimTx records that consumer handles the message in tx. It
 	// returns true the first time, false when a committed (or this same)
 	// transaction already recorded it. A concurrent transaction recording the
-	// same message waits for the first one to end.
+	// same message waits for the first one to end. Inbox.HandleTx passes
+	// validated params (Validated); adapters call p.ValidateOnce, which
+	// checks only a direct caller's.
 	InboxClaimTx(ctx context.Context, tx TTx, p InboxClaimParams) (bool, error)
 	// InboxPrune deletes records older than Before, at most Limit, and
 	// returns how many it deleted. Redeliveries older than the retention are
@@ -32,6 +34,10 @@ type InboxClaimParams struct {
 	// broker's message ID, an idempotency key).
 	MessageID string
 	Now       time.Time
+	// Validated reports that ValidateInboxClaim accepted the params
+	// (Inbox.HandleTx sets it, so adapters do not check them again). A
+	// direct caller leaves it false.
+	Validated bool
 }
 
 // InboxPruneParams selects the inbox records to delete.
@@ -75,6 +81,7 @@ func (i *Inbox[TTx]) HandleTx(ctx context.Context, tx TTx, consumer, tenant, mes
 	if err := ValidateInboxClaim(p); err != nil {
 		return false, err
 	}
+	p.Validated = true
 	first, err := i.store.InboxClaimTx(ctx, tx, p)
 	if err != nil || !first {
 		return false, err

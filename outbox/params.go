@@ -137,6 +137,16 @@ func (p MessageApplyReceiptParams) Validate() error {
 // Validate is ValidateInboxClaim.
 func (p InboxClaimParams) Validate() error { return ValidateInboxClaim(p) }
 
+// ValidateOnce is Validate, skipped when p.Validated (Inbox.HandleTx
+// checked p already): adapters call it before any statement, so a bad
+// claim leaves the caller's transaction usable.
+func (p InboxClaimParams) ValidateOnce() error {
+	if p.Validated {
+		return nil
+	}
+	return ValidateInboxClaim(p)
+}
+
 func requireID(field, id string) error {
 	if id == "" {
 		return invalid(field, "is required")

@@ -306,7 +306,7 @@ func (s *Store) InboxClaimTx(ctx context.Context, tx *sql.Tx, p outbox.InboxClai
 	if tx == nil {
 		return false, outbox.InvalidParam("tx", "is nil")
 	}
-	if err := p.Validate(); err != nil {
+	if err := p.ValidateOnce(); err != nil {
 		return false, err
 	}
 	r, err := tx.ExecContext(ctx, s.d.InboxInsert(s.inbox), p.Consumer, p.Tenant, p.MessageID, s.d.Time(s.now(p.Now)))

@@ -48,6 +48,15 @@ type core = sqlstore.Store
 
 // Store is the MySQL/MariaDB outbox store. It is safe for concurrent use.
 // Create it with New and call Migrate before using it.
+//
+// Besides the methods listed here, Store has those it shares with the
+// other database/sql store (documented on internal/sqlstore.Store, whose
+// docs they carry): MessageEnqueue, MessageEnqueueTx, MessageClaim,
+// MessageFinish, MessageRecover, MessageGet, MessageList, MessageListTx,
+// MessageCount, AttemptList, MessageRequeue, MessageCancel, MessagePrune,
+// MessageApplyReceipt, InboxClaimTx, InboxPrune, InTx, Wakeups, Notify,
+// Migrate, MigrateTo, MigrateDown, Migrations, SchemaVersion, DB, Close,
+// and the outbox.Admin methods.
 type Store struct {
 	*core
 	env sqlstore.Env

@@ -27,6 +27,18 @@
 //
 // Times are stored as integer Unix microseconds in UTC, so the times a Store
 // returns are truncated to the microsecond.
+//
+// # One shape for every store
+//
+// Store has the method set of every outboxkit store: the ports
+// (outbox.Store, outbox.Enqueuer, outbox.InboxStore, outbox.Waker), InTx,
+// MessageListTx, Migrate, MigrateTo, MigrateDown, Migrations (the rendered
+// SQL, for your own migration tool) and SchemaVersion, and the options
+// TablePrefix, ClaimPerGroup, Clock and Logger. The database/sql code is
+// shared with store/mysql; what is this store's own is in claim.go and
+// finish.go (claims under BEGIN IMMEDIATE with a per-store group cursor,
+// one fenced UPDATE ... RETURNING per outcome), enqueue.go and the
+// transactions.
 package sqlite
 
 import (
@@ -89,6 +101,15 @@ type core = sqlstore.Store
 
 // Store is the SQLite outbox store. It is safe for concurrent use. Create it
 // with Open or New and call Migrate before using it.
+//
+// Besides the methods listed here, Store has those it shares with the
+// other database/sql store (documented on internal/sqlstore.Store, whose
+// docs they carry): MessageEnqueue, MessageEnqueueTx, MessageClaim,
+// MessageFinish, MessageRecover, MessageGet, MessageList, MessageListTx,
+// MessageCount, AttemptList, MessageRequeue, MessageCancel, MessagePrune,
+// MessageApplyReceipt, InboxClaimTx, InboxPrune, InTx, Wakeups, Notify,
+// Migrate, MigrateTo, MigrateDown, Migrations, SchemaVersion, DB, Close,
+// and the outbox.Admin methods.
 type Store struct {
 	*core
 	db       *sql.DB
