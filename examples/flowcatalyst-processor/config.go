@@ -5,10 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxkit/outboxkit/flowcatalyst"
 	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore"
@@ -57,6 +60,9 @@ type config struct {
 	NullGroupUnordered    bool
 	RecoveryCountsAttempt bool
 	FailedRequestCharges  string
+
+	mysql    bool   // database-type MYSQL
+	mysqlDSN string // database-url as the MySQL driver's DSN
 
 	api     flowcatalyst.API
 	backoff []time.Duration
@@ -141,7 +147,7 @@ func options() []option {
 		o("api-batch-size", "100", "most items per FlowCatalyst request", func(c *config) func(string) error { return intVal(&c.APIBatchSize) }),
 		o("max-concurrent-groups", "10", "most message groups sending at once", func(c *config) func(string) error { return intVal(&c.MaxConcurrentGroups) }),
 		o("global-buffer-size", "1000", "most claimed rows held in memory", func(c *config) func(string) error { return intVal(&c.GlobalBufferSize) }),
-		o("database-type", "POSTGRESQL", "POSTGRESQL (MYSQL and MONGODB are not supported yet)", func(c *config) func(string) error { return stringVal(&c.DatabaseType) }),
+		o("database-type", "POSTGRESQL", "POSTGRESQL or MYSQL (MySQL 8, MariaDB 10.6+); MONGODB is not supported yet", func(c *config) func(string) error { return stringVal(&c.DatabaseType) }),
 		o("events-table", "outbox_events", "events table, optionally schema.table", func(c *config) func(string) error { return stringVal(&c.EventsTable) }),
 		o("dispatch-jobs-table", "outbox_dispatch_jobs", "dispatch jobs table, optionally schema.table", func(c *config) func(string) error { return stringVal(&c.DispatchJobsTable) }),
 		o("api-base-url", "", "FlowCatalyst URL, e.g. https://flowcatalyst.example.com (required)", func(c *config) func(string) error { return stringVal(&c.APIBaseURL) }),
@@ -150,7 +156,7 @@ func options() []option {
 		o("processing-timeout-seconds", "300", "a PROCESSING row older than this is recovered", func(c *config) func(string) error { return intVal(&c.ProcessingTimeoutSeconds) }),
 		o("mongo-database", "outbox", "MongoDB database (database-type MONGODB)", func(c *config) func(string) error { return stringVal(&c.MongoDatabase) }),
 		// outboxkit's additions.
-		o("database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/app (required)", func(c *config) func(string) error { return stringVal(&c.DatabaseURL) }),
+		o("database-url", "", "the database: postgres://user:pass@host:5432/app, or with database-type MYSQL mysql://user:pass@host:3306/app or a Go MySQL DSN user:pass@tcp(host:3306)/app (required)", func(c *config) func(string) error { return stringVal(&c.DatabaseURL) }),
 		o("api-version", "current", "FlowCatalyst API generation: current ({\"items\":[...]}, /api/dispatch-jobs/batch) or seed (bare array, /api/dispatch/jobs/batch)", func(c *config) func(string) error { return stringVal(&c.APIVersion) }),
 		o("api-token-url", "", "OAuth2 token endpoint for the client-credentials grant", func(c *config) func(string) error { return stringVal(&c.APITokenURL) }),
 		o("api-client-id", "", "OAuth2 client id", func(c *config) func(string) error { return stringVal(&c.APIClientID) }),
@@ -160,7 +166,7 @@ func options() []option {
 		o("recovery-interval", "1m", "how often stuck PROCESSING rows are looked for", func(c *config) func(string) error { return durationVal(&c.RecoveryInterval) }),
 		o("drain-timeout", "30s", "on SIGTERM, how long in-flight requests may finish", func(c *config) func(string) error { return durationVal(&c.DrainTimeout) }),
 		b("create-tables", "false", "create the seed's tables when missing", func(c *config) func(string) error { return boolVal(&c.CreateTables) }),
-		b("single-active", "false", "only one processor works at a time (PostgreSQL advisory lock)", func(c *config) func(string) error { return boolVal(&c.SingleActive) }),
+		b("single-active", "false", "only one processor works at a time (PostgreSQL advisory lock, MySQL GET_LOCK)", func(c *config) func(string) error { return boolVal(&c.SingleActive) }),
 		o("log-level", "info", "debug, info, warn or error", func(c *config) func(string) error { return stringVal(&c.LogLevel) }),
 		o("log-format", "json", "json or text", func(c *config) func(string) error { return stringVal(&c.LogFormat) }),
 		// Departures from the seed's behaviour, off by default.
@@ -271,17 +277,29 @@ func (c *config) validate() []string {
 			p = append(p, fmt.Sprintf("%s must be positive, got %s", name(key), d))
 		}
 	}
+	c.mysql = false
 	switch strings.ToUpper(c.DatabaseType) {
 	case "POSTGRESQL", "POSTGRES":
-	case "MYSQL", "MONGODB":
-		p = append(p, fmt.Sprintf("%s %s is not supported yet: this processor works on PostgreSQL", name("database-type"), c.DatabaseType))
+	case "MYSQL", "MARIADB":
+		c.mysql = true
+	case "MONGODB":
+		p = append(p, fmt.Sprintf("%s %s is not supported yet: this processor works on PostgreSQL and MySQL", name("database-type"), c.DatabaseType))
 	default:
 		p = append(p, fmt.Sprintf("%s must be POSTGRESQL, MYSQL or MONGODB, got %q", name("database-type"), c.DatabaseType))
 	}
-	if c.DatabaseURL == "" {
+	switch {
+	case c.DatabaseURL == "":
 		p = append(p, name("database-url")+" is required")
-	} else if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		p = append(p, name("database-url")+" must be a postgres:// URL")
+	case c.mysql:
+		dsn, err := mysqlDSN(c.DatabaseURL)
+		if err != nil {
+			p = append(p, name("database-url")+" must be a mysql:// URL or a MySQL DSN (user:pass@tcp(host:3306)/app) with database-type MYSQL")
+		}
+		c.mysqlDSN = dsn
+	default:
+		if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			p = append(p, name("database-url")+" must be a postgres:// URL")
+		}
 	}
 	if c.APIBaseURL == "" {
 		p = append(p, name("api-base-url")+" is required")
@@ -346,4 +364,30 @@ func errIf(cond bool, msg string) error {
 		return errors.New(msg)
 	}
 	return nil
+}
+
+// mysqlDSN turns database-url into the DSN the MySQL store needs: a
+// mysql://user:pass@host:port/db?param=value URL or a Go MySQL DSN, plus
+// parseTime, loc=UTC and time_zone '+00:00' (seedstore.MySQLDSN). Errors
+// never repeat the URL (it may hold a password).
+func mysqlDSN(s string) (string, error) {
+	if strings.HasPrefix(s, "mysql://") {
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" || strings.Trim(u.Path, "/") == "" {
+			return "", errors.New("not a mysql://user:pass@host:port/db URL")
+		}
+		cfg := mysql.NewConfig()
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+		cfg.Net, cfg.Addr = "tcp", u.Host
+		if u.Port() == "" {
+			cfg.Addr = net.JoinHostPort(u.Hostname(), "3306")
+		}
+		cfg.DBName = strings.Trim(u.Path, "/")
+		s = cfg.FormatDSN()
+		if u.RawQuery != "" {
+			s += "?" + u.RawQuery
+		}
+	}
+	return seedstore.MySQLDSN(s)
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -55,6 +56,7 @@ type e2e struct {
 	dsn    string
 	schema string
 	srv    *flowcatalysttest.Server
+	mysql  bool // database-type MYSQL; statements use ? placeholders
 }
 
 func setupE2E(t *testing.T) *e2e {
@@ -114,7 +116,11 @@ FROM generate_series(1, $4::int) AS i`, prefix, topic, groups, n); err != nil {
 func (e *e2e) count(t *testing.T, topic, status string) int {
 	t.Helper()
 	var n int
-	if err := e.db.QueryRow(`SELECT count(*) FROM `+e.table(topic)+` WHERE status = $1`, status).Scan(&n); err != nil {
+	q := `SELECT count(*) FROM ` + e.table(topic) + ` WHERE status = $1`
+	if e.mysql {
+		q = strings.Replace(q, "$1", "?", 1)
+	}
+	if err := e.db.QueryRow(q, status).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -127,6 +133,9 @@ func (e *e2e) start(t *testing.T, extra ...string) (*exec.Cmd, *syncBuffer) {
 		"-database-url", e.dsn, "-api-base-url", e.srv.URL, "-poll-interval", "100ms", "-retry-backoff", "50ms",
 		"-events-table", e.table("EVENT"), "-dispatch-jobs-table", e.table("DISPATCH_JOB"), "-drain-timeout", "5s",
 	}, extra...)
+	if e.mysql {
+		args = append(args, "-database-type", "MYSQL")
+	}
 	cmd := exec.Command(buildProgram(t), args...)
 	var logs syncBuffer
 	cmd.Stderr = &logs

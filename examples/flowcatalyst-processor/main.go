@@ -9,6 +9,9 @@
 //	    -database-url postgres://postgres@127.0.0.1:5432/app \
 //	    -api-base-url https://flowcatalyst.example.com -api-token "$TOKEN"
 //
+// On MySQL 8 or MariaDB 10.6+, add -database-type MYSQL and give
+// -database-url as mysql://user:pass@host:3306/app (or a Go MySQL DSN).
+//
 // Every setting is a flag and an environment variable named after seed
 // 004's keys: -poll-interval or OUTBOX_PROCESSOR_POLL_INTERVAL
 // (outbox-processor.poll-interval), and so on; flags win. Run with -h for
@@ -36,6 +39,7 @@ import (
 	"syscall"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/outboxkit/outboxkit/flowcatalyst"
@@ -83,7 +87,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		<-ctx.Done()
 		return nil
 	}
-	db, err := sql.Open("pgx", cfg.DatabaseURL)
+	driver, dsn, newStore := "pgx", cfg.DatabaseURL, seedstore.New
+	if cfg.mysql {
+		driver, dsn, newStore = "mysql", cfg.mysqlDSN, seedstore.NewMySQL
+	}
+	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		return fmt.Errorf("database-url: %w", err)
 	}
@@ -96,7 +104,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		return fmt.Errorf("connecting to the database: %w", err)
 	}
 
-	store, err := seedstore.New(db, seedstore.Options{
+	store, err := newStore(db, seedstore.Options{
 		EventsTable: cfg.EventsTable, DispatchJobsTable: cfg.DispatchJobsTable, Logger: log,
 		UnorderedNullGroup: cfg.NullGroupUnordered, RecoveryCountsAttempt: cfg.RecoveryCountsAttempt,
 	})
@@ -147,7 +155,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		Observer:            logObserver{log: log},
 	}
 	if cfg.SingleActive {
-		leader := newAdvisoryLeader(db, "flowcatalyst-processor:"+cfg.EventsTable+":"+cfg.DispatchJobsTable, log)
+		leader := newAdvisoryLeader(db, "flowcatalyst-processor:"+cfg.EventsTable+":"+cfg.DispatchJobsTable, cfg.mysql, log)
 		stopLeader := leader.start(ctx)
 		defer stopLeader()
 		pcfg.Leader = leader
@@ -178,21 +186,27 @@ func authKind(cfg config) string {
 	return "none"
 }
 
-// advisoryLeader is an outbox.Leader holding a PostgreSQL session advisory
-// lock on a dedicated connection: the processor that holds it works, the
-// others idle and retry every few seconds. The lock is released when the
-// connection closes (including when the process dies).
+// advisoryLeader is an outbox.Leader holding a session lock on a dedicated
+// connection (PostgreSQL: an advisory lock; MySQL: GET_LOCK): the processor
+// that holds it works, the others idle and retry every few seconds. The
+// lock is released when the connection closes (including when the process
+// dies).
 type advisoryLeader struct {
 	db     *sql.DB
-	key    int64
+	lock   string // the statement taking the lock without waiting
+	key    any
 	log    *slog.Logger
 	leader atomic.Bool
 }
 
-func newAdvisoryLeader(db *sql.DB, name string, log *slog.Logger) *advisoryLeader {
+func newAdvisoryLeader(db *sql.DB, name string, mysql bool, log *slog.Logger) *advisoryLeader {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(name))
-	return &advisoryLeader{db: db, key: int64(h.Sum64()), log: log}
+	if mysql {
+		// GET_LOCK names have at most 64 characters.
+		return &advisoryLeader{db: db, lock: `SELECT GET_LOCK(?, 0) = 1`, key: fmt.Sprintf("flowcatalyst-processor:%016x", h.Sum64()), log: log}
+	}
+	return &advisoryLeader{db: db, lock: `SELECT pg_try_advisory_lock($1)`, key: int64(h.Sum64()), log: log}
 }
 
 // IsLeader reports whether this processor holds the lock.
@@ -224,13 +238,13 @@ func (l *advisoryLeader) start(ctx context.Context) (stop func()) {
 				}
 				fallthrough
 			case !l.leader.Load():
-				var got bool
-				if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, l.key).Scan(&got); err != nil {
+				var got sql.NullBool
+				if err := conn.QueryRowContext(ctx, l.lock, l.key).Scan(&got); err != nil {
 					_ = conn.Close()
 					conn = nil
 					break
 				}
-				if got {
+				if got.Bool {
 					l.leader.Store(true)
 					l.log.Info("single-active: this processor is now the active one")
 				}

@@ -325,3 +325,29 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(25 * time.Millisecond)
 	}
 }
+
+func TestLoadConfigMySQL(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"mysql://app:s3cret@db.example.com/shop?tls=skip-verify": "app:s3cret@tcp(db.example.com:3306)/shop?",
+		"app:s3cret@tcp(db:3307)/shop":                           "app:s3cret@tcp(db:3307)/shop?",
+	} {
+		c, err := loadConfig([]string{"-database-type", "MYSQL", "-database-url", in, "-api-base-url", "https://x"}, env(nil), &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		if !c.mysql || !strings.HasPrefix(c.mysqlDSN, want) || !strings.Contains(c.mysqlDSN, "parseTime=true") ||
+			!strings.Contains(c.mysqlDSN, "time_zone=") {
+			t.Errorf("%s: DSN %q, want %s... with parseTime and time_zone", in, c.mysqlDSN, want)
+		}
+	}
+	for _, bad := range []string{minimal, "mysql://:pw@/nodb", "s3cret garbage"} {
+		_, err := loadConfig([]string{"-database-type", "MYSQL", "-database-url", bad, "-api-base-url", "https://x"}, env(nil), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "must be a mysql:// URL or a MySQL DSN") {
+			t.Errorf("%s: %v, want the MySQL database-url problem", bad, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("the error repeats the database URL: %v", err)
+		}
+	}
+}

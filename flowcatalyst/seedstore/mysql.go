@@ -417,22 +417,44 @@ WHERE id IN (`+placeholders(len(sent))+`)`, anys(sent)...); err != nil {
 			return err
 		}
 	}
-	for i, id := range w.retry.ids {
-		if !held(&w.retry, i) {
-			continue
+	// Outcomes with the same values (typically a failed request's items)
+	// are written by one statement.
+	type change struct {
+		next  int64
+		retry int
+		msg   string
+	}
+	var order []change
+	same := map[change][]string{}
+	add := func(c change, id string) {
+		if same[c] == nil {
+			order = append(order, c)
 		}
+		same[c] = append(same[c], id)
+	}
+	for i, id := range w.retry.ids {
+		if held(&w.retry, i) {
+			add(change{w.retry.next[i], w.retry.retry[i], w.retry.msgs[i]}, id)
+		}
+	}
+	for _, c := range order {
+		ids := same[c]
 		if _, err := tx.ExecContext(ctx, `UPDATE `+t.name+` SET status = 'PENDING', processed_at = NOW() + INTERVAL ? MICROSECOND,
-	retry_count = ?, error_message = ?, created_at = created_at WHERE id = ?`,
-			w.retry.next[i], w.retry.retry[i], w.retry.msgs[i], id); err != nil {
+	retry_count = ?, error_message = ?, created_at = created_at WHERE id IN (`+placeholders(len(ids))+`)`,
+			append([]any{c.next, c.retry, c.msg}, anys(ids)...)...); err != nil {
 			return err
 		}
 	}
+	order, same = nil, map[change][]string{}
 	for i, id := range w.dead.ids {
-		if !held(&w.dead, i) {
-			continue
+		if held(&w.dead, i) {
+			add(change{msg: w.dead.msgs[i]}, id)
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE `+t.name+` SET status = 'FAILED', processed_at = NOW(), error_message = ?, created_at = created_at WHERE id = ?`,
-			w.dead.msgs[i], id); err != nil {
+	}
+	for _, c := range order {
+		ids := same[c]
+		if _, err := tx.ExecContext(ctx, `UPDATE `+t.name+` SET status = 'FAILED', processed_at = NOW(), error_message = ?, created_at = created_at
+WHERE id IN (`+placeholders(len(ids))+`)`, append([]any{c.msg}, anys(ids)...)...); err != nil {
 			return err
 		}
 	}
