@@ -64,6 +64,15 @@ func TestMigrateIdempotentConcurrentAndDown(t *testing.T) {
 	if v, err := s.SchemaVersion(ctx); err != nil || v != migs[len(migs)-1].Version {
 		t.Fatalf("SchemaVersion = %d, %v", v, err)
 	}
+	// Migrations() renders the SQL, not its comments: a comment that names
+	// the placeholders must still read as one after rendering.
+	for _, m := range migs {
+		for _, line := range strings.Split(m.Up+"\n"+m.Down, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "--") && strings.Contains(line, schema) {
+				t.Fatalf("migration %d renders a comment with the schema name: %q", m.Version, line)
+			}
+		}
+	}
 	// The schema works, with the configured names.
 	ob := outbox.New[pgx.Tx](s, outbox.Options{})
 	if _, err := ob.Enqueue(ctx, msg("t", "g", 1)); err != nil {

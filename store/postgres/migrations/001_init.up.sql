@@ -1,5 +1,5 @@
 -- outboxkit store/postgres schema, version 1.
--- {{schema}} and {{prefix}} are replaced by Options.Schema and
+-- The schema and table-prefix placeholders are replaced by Options.Schema and
 -- Options.TablePrefix (validated identifiers).
 
 CREATE TABLE {{schema}}.{{prefix}}messages (

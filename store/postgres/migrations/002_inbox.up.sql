@@ -1,5 +1,5 @@
 -- outboxkit store/postgres schema, version 2: the consumer inbox
--- (outbox.Inbox). {{schema}} and {{prefix}} are replaced by Options.Schema
+-- (outbox.Inbox). The schema and table-prefix placeholders are replaced by Options.Schema
 -- and Options.TablePrefix (validated identifiers).
 
 CREATE TABLE {{schema}}.{{prefix}}inbox (

@@ -1,7 +1,7 @@
 -- outboxkit store/postgres schema, version 3: paused topics and groups
 -- (outbox.Admin). A row pauses pause_topic; pause_grp '' means every group
 -- of it, pause_tenant '' every tenant. The claim skips what a row covers.
--- {{schema}} and {{prefix}} are replaced by Options.Schema and
+-- The schema and table-prefix placeholders are replaced by Options.Schema and
 -- Options.TablePrefix (validated identifiers).
 
 CREATE TABLE {{schema}}.{{prefix}}pauses (
