@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -66,6 +67,16 @@ type Config struct {
 	// Defaults to false: such a client fails New, since a record it produces
 	// may be lost or duplicated and reordered by the client's own retries.
 	AllowWeakDurability bool
+	// Pipeline produces every message of a batch at once, a group's records
+	// one after another without waiting for acks, instead of in waves (see
+	// Publisher, "Pipelined groups"). Deep groups then go out at close to
+	// franz-go's own rate. It requires a *kgo.Client that writes
+	// idempotently and flushes automatically. Defaults to false: franz-go
+	// keeps a partition's order when a record fails in every case but a few
+	// rare ones (a record produced into a partition after an earlier one of
+	// its group failed, a change of the topic's partition count), which
+	// Pipeline detects (OrderViolations) but cannot prevent.
+	Pipeline bool
 }
 
 // Publisher produces outbox messages to Kafka with franz-go. It implements
@@ -109,6 +120,37 @@ type Config struct {
 // and across the processor's retries. Within one wave, the client batches
 // records into as few produce requests as it can.
 //
+// # Pipelined groups
+//
+// With Config.Pipeline, every message of the batch is handed to the client
+// at once (up to MaxInFlight records unacknowledged), each group's records
+// in group order, and the idempotent producer keeps them in order within
+// their partition. Results follow the same rule as the waves: a group's
+// first failed message gets its error, and every later message of the group
+// that was not written gets outbox.ErrNotAttempted. franz-go v1.22.2 fails
+// every record buffered for a partition when one of its batches fails
+// (recBuf.failAllRecords, pkg/kgo/sink.go 1884-1919: from a broker error or
+// exhausted retries through finishBatch, sink.go 1310-1324; from a timeout,
+// retry limit or cancelled context through maybeFailErr, sink.go 1406-1411,
+// 2284-2289, 1853-1855), never gives up a batch that was sent and not
+// answered (canFail, sink.go 1829), and resends rather than fails on a
+// sequence error (sink.go 1122-1248). So no record buffered behind a failed
+// one is written. What this does not cover: a record that fails alone
+// before it is buffered or partitioned (producer.go 631-643, 650-654,
+// 719-727, 916-918, 959-962; sink.go 1735-1740: too large, buffer full
+// with manual flushing, a context or client ending while Produce blocks on
+// MaxBufferedRecords, no usable partition), a record that enters the
+// partition's buffer after an earlier one of its group failed (Produce
+// blocked on MaxBufferedRecords meanwhile), and a group whose key maps to
+// another partition after the topic gained partitions. The Publisher
+// narrows these: it stops producing a group as soon as one of its records
+// failed or its context ended, holds a group's later records back behind a
+// record of more than half the client's batch or buffer size (they get
+// outbox.ErrNotAttempted), and New refuses manual flushing. A later
+// message of a group that was written although an earlier one failed
+// retryably is reported as sent (it was) and counted by OrderViolations:
+// the earlier one, retried, lands after it.
+//
 // # Throughput
 //
 // Give the Publisher a client with kgo.ProducerLinger(0): it waits for each
@@ -133,6 +175,9 @@ type Publisher struct {
 	topic       func(m *outbox.Message) (string, error)
 	timeout     time.Duration
 	maxInFlight int
+	pipeline    bool
+	bigRecord   int64 // pipelined: a record larger than this holds its group's later records back
+	violations  atomic.Int64
 }
 
 // New returns a Publisher, or an error naming the first invalid Config field.
@@ -154,6 +199,26 @@ func New(cfg Config) (*Publisher, error) {
 			return nil, err
 		}
 	}
+	var bigRecord int64
+	if cfg.Pipeline {
+		cl, ok := cfg.Client.(*kgo.Client)
+		if !ok {
+			return nil, errors.New("kafka: Config.Pipeline requires a *kgo.Client")
+		}
+		if off, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); off {
+			return nil, errors.New("kafka: Config.Pipeline requires idempotent writes (the client's retries would reorder a group)")
+		}
+		if on, _ := cl.OptValue(kgo.ManualFlushing).(bool); on {
+			return nil, errors.New("kafka: Config.Pipeline does not work with kgo.ManualFlushing (a record may fail alone when the buffer is full)")
+		}
+		bigRecord = 1 << 62
+		if v, ok := cl.OptValue(kgo.ProducerBatchMaxBytes).(int32); ok && v > 0 {
+			bigRecord = int64(v) / 2
+		}
+		if v, ok := cl.OptValue(kgo.MaxBufferedBytes).(int64); ok && v > 0 {
+			bigRecord = min(bigRecord, v/2)
+		}
+	}
 	topic := cfg.Topic
 	if topic == nil {
 		prefix := cfg.TopicPrefix
@@ -164,8 +229,16 @@ func New(cfg Config) (*Publisher, error) {
 		topic:       topic,
 		timeout:     cmp.Or(cfg.DeliveryTimeout, DefaultDeliveryTimeout),
 		maxInFlight: cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight),
+		pipeline:    cfg.Pipeline,
+		bigRecord:   bigRecord,
 	}, nil
 }
+
+// OrderViolations returns how many messages, since New, were written to
+// Kafka although an earlier message of their group in the same batch failed
+// retryably (so that one, retried, lands after them). It stays 0 without
+// Config.Pipeline; see Publisher, "Pipelined groups".
+func (p *Publisher) OrderViolations() int64 { return p.violations.Load() }
 
 // checkDurability refuses a client that may lose, duplicate or reorder
 // records on its own retries.
@@ -191,6 +264,9 @@ func checkDurability(cl *kgo.Client) error {
 // Publish produces msgs and returns one Result per message, in order. See
 // Publisher for the outcomes, ordered groups and cancellation.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox.Result {
+	if p.pipeline {
+		return p.publishPipelined(ctx, msgs)
+	}
 	return outbox.PublishWaves(ctx, msgs, p.maxInFlight, func(ctx context.Context, idx []int, out []outbox.Result) {
 		p.produceChunk(ctx, msgs, idx, out)
 	})
