@@ -7,7 +7,9 @@
 // ID, tenant, topic, group, sequence and the message's own headers (trace
 // context). It keeps FIFO per group across a batch and across retries: no
 // record of a group is produced while an earlier one of the group is
-// unresolved.
+// unresolved. Config.Pipeline instead produces a group's records at once and
+// relies on the idempotent producer to keep them in order (much faster for
+// deep groups; see Publisher for what it does not cover).
 //
 //	cl, err := kgo.NewClient(kgo.SeedBrokers("localhost:9092"), kgo.ProducerLinger(0)) // idempotent, acks=all by default
 //	...

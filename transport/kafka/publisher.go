@@ -127,40 +127,50 @@ type Config struct {
 // in group order, and the idempotent producer keeps them in order within
 // their partition. Results follow the same rule as the waves: a group's
 // first failed message gets its error, and every later message of the group
-// that was not written gets outbox.ErrNotAttempted. franz-go v1.22.2 fails
-// every record buffered for a partition when one of its batches fails
-// (recBuf.failAllRecords, pkg/kgo/sink.go 1884-1919: from a broker error or
-// exhausted retries through finishBatch, sink.go 1310-1324; from a timeout,
-// retry limit or cancelled context through maybeFailErr, sink.go 1406-1411,
-// 2284-2289, 1853-1855), never gives up a batch that was sent and not
-// answered (canFail, sink.go 1829), and resends rather than fails on a
-// sequence error (sink.go 1122-1248). So no record buffered behind a failed
-// one is written. What this does not cover: a record that fails alone
-// before it is buffered or partitioned (producer.go 631-643, 650-654,
-// 719-727, 916-918, 959-962; sink.go 1735-1740: too large, buffer full
-// with manual flushing, a context or client ending while Produce blocks on
-// MaxBufferedRecords, no usable partition), a record that enters the
-// partition's buffer after an earlier one of its group failed (Produce
-// blocked on MaxBufferedRecords meanwhile), and a group whose key maps to
-// another partition after the topic gained partitions. The Publisher
-// narrows these: it stops producing a group as soon as one of its records
-// failed or its context ended, holds a group's later records back behind a
-// record of more than half the client's batch or buffer size (they get
-// outbox.ErrNotAttempted), and New refuses manual flushing. A later
-// message of a group that was written although an earlier one failed
-// retryably is reported as sent (it was) and counted by OrderViolations:
-// the earlier one, retried, lands after it.
+// that was not written gets outbox.ErrNotAttempted.
+//
+// Why the order holds (franz-go v1.22.2, pkg/kgo): a record buffered for a
+// partition fails only together with every record buffered behind it, via
+// recBuf.failAllRecords (sink.go 1884-1923): on a broker error or exhausted
+// retries through finishBatch (sink.go 1316-1325), on a timeout, retry limit
+// or cancelled first record through maybeFailErr (sink.go 1406-1411,
+// 2284-2289, 1853-1855). A batch that was sent and not answered is never
+// given up by an idempotent client (canFail, sink.go 1829; 1406; 2285), and
+// a sequence error is resent under a new epoch rather than failed (sink.go
+// 1122-1256, unless kgo.StopProducerOnDataLossDetected, which fails the
+// partition's buffer as above, sink.go 1195-1209). And the broker rejects a
+// batch whose sequence follows an unwritten one. So no record behind a
+// failed one in its partition's buffer is written.
+//
+// What is not covered, so Pipeline is not the default: a record that fails
+// alone before it is buffered or partitioned (producer.go 636-643 too large
+// for MaxBufferedBytes, 650-655 buffer full under manual flushing, 729-736
+// a context or the client ending while Produce blocks on MaxBufferedRecords,
+// 916-918 and 959-962 no usable partition; sink.go 1735-1740 too large for a
+// batch), a record that enters the partition's buffer after an earlier one
+// of its group failed (while Produce blocked on MaxBufferedRecords), and a
+// group whose key maps to another partition after the topic gained
+// partitions. The Publisher narrows these: it stops producing a group once
+// one of its records failed or its delivery context ended, holds a group's
+// later records back (outbox.ErrNotAttempted) behind a record of more than
+// half the client's batch or buffer size, and New refuses manual flushing.
+// A later message of a group that was written although an earlier one
+// failed retryably is reported as sent (it was) and counted by
+// OrderViolations: the earlier one, retried, lands after it. After a
+// permanent failure a later message of the group may be written (the waves
+// would hold it back until the failed one is dead-lettered).
 //
 // # Throughput
 //
-// Give the Publisher a client with kgo.ProducerLinger(0): it waits for each
-// wave's acks before the next, so franz-go's default linger (10ms) would
-// delay every wave. A wave costs one broker round trip, so a batch of many
-// groups goes out at close to franz-go's own rate, while a group's messages
-// cost one round trip each: a processor publishing deep groups gets about
-// MaxConcurrentGroups messages per round trip (raise outbox
-// Config.MaxConcurrentGroups for more). BenchmarkPublish measures both
-// against franz-go producing the same records directly.
+// In waves, give the Publisher a client with kgo.ProducerLinger(0): it waits
+// for each wave's acks before the next, so franz-go's default linger (10ms)
+// would delay every wave. A wave costs one broker round trip, so a batch of
+// many groups goes out at close to franz-go's own rate, while a group's
+// messages cost one round trip each: a processor publishing deep groups gets
+// about MaxConcurrentGroups messages per round trip (raise outbox
+// Config.MaxConcurrentGroups for more). Pipelined, deep groups go out at
+// 50% to 100% of franz-go's own rate. BenchmarkPublish measures both against
+// franz-go producing the same records directly (PERFORMANCE.md).
 //
 // # Cancellation
 //
