@@ -1,5 +1,6 @@
 // Package seedstore is an outbox.Store over the outbox tables of seed 004
-// (the FlowCatalyst outbox processor) in PostgreSQL: outbox_events and
+// (the FlowCatalyst outbox processor) in PostgreSQL (New) or MySQL 8 /
+// MariaDB 10.6+ (NewMySQL): outbox_events and
 // outbox_dispatch_jobs, exactly as the seed defines them and as
 // applications in any language write them, so that outboxkit's processor
 // can replace the seed's.
