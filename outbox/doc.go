@@ -10,7 +10,7 @@
 // Write the business data and the message in one transaction of yours: the
 // message exists if and only if the transaction commits.
 //
-//	ob := outbox.New[*sql.Tx](store, outbox.Options{})
+//	ob := outbox.New(store, outbox.Options{})
 //	tx, err := db.BeginTx(ctx, nil)
 //	// ... INSERT INTO orders ... in tx
 //	res, err := ob.EnqueueTx(ctx, tx, outbox.Message{

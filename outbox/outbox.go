@@ -12,7 +12,7 @@ import (
 // adapter's transaction type (*sql.Tx for store/sqlite, pgx.Tx for
 // store/postgres, ...).
 //
-//	ob := outbox.New[*sql.Tx](store, outbox.Options{})
+//	ob := outbox.New(store, outbox.Options{})
 //	tx, _ := db.BeginTx(ctx, nil)
 //	// ... business writes in tx ...
 //	res, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Payload: body})

@@ -6,7 +6,7 @@
 //
 //	tel, err := outboxotel.New(outboxotel.Config{Store: store})
 //	defer tel.Close()
-//	ob := outbox.New[*sql.Tx](store, outbox.Options{Observer: tel, Headers: tel})   // enqueue path
+//	ob := outbox.New(store, outbox.Options{Observer: tel, Headers: tel})   // enqueue path
 //	err = outbox.Run(ctx, store, tel.Publisher(pub), outbox.Config{Observer: tel})  // processor
 //	hook, err := whatsapp.NewWebhook(whatsapp.WebhookConfig{Observer: tel, ...})    // receipts
 //

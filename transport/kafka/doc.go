@@ -26,7 +26,7 @@
 //		kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll())
 //	...
 //	c, err := outboxkafka.NewConsumer(outboxkafka.ConsumerConfig[*sql.Tx]{
-//		Client: cl, Inbox: outbox.NewInbox[*sql.Tx](store), Name: "billing", InTx: store.InTx,
+//		Client: cl, Inbox: outbox.NewInbox(store), Name: "billing", InTx: store.InTx,
 //		Handle: func(ctx context.Context, tx *sql.Tx, d outboxkafka.Delivery) error { ... },
 //	})
 //	...
