@@ -15,7 +15,7 @@ import (
 const claimTimeout = 30 * time.Second
 
 // MaxClaimLimit is the largest MessageClaimParams.Limit the store accepts.
-const MaxClaimLimit = 10000
+const MaxClaimLimit = outbox.MaxClaimLimit
 
 // MessageClaim leases up to p.Limit due messages to p.Owner in one statement
 // (one round trip in the common case) and returns them ordered by Seq.
@@ -38,16 +38,8 @@ const MaxClaimLimit = 10000
 // leased: a claim committed by the server but abandoned by the client would
 // leave its messages leased until recovery.
 func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
-	if p.Limit <= 0 || p.Limit > MaxClaimLimit {
-		return nil, outbox.InvalidParam("Limit", "must be between 1 and 10000")
-	}
-	if p.Owner == "" {
-		return nil, outbox.InvalidParam("Owner", "is required")
-	}
-	for _, t := range p.Topics {
-		if t == "" {
-			return nil, outbox.InvalidParam("Topics", "contains an empty topic")
-		}
+	if err := p.Validate(); err != nil {
+		return nil, err
 	}
 	// A claim commits on the server in one statement: if ctx ended while it
 	// ran, the client would lose messages the server leased (they would wait

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,26 +17,12 @@ import (
 // without counting the attempt (deferred ones with their new due time and
 // LastError) and wake the other processors.
 func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
-	if p.Owner == "" {
-		return outbox.FinishResult{}, outbox.InvalidParam("Owner", "is required")
+	if err := p.Validate(); err != nil {
+		return outbox.FinishResult{}, err
 	}
 	total := len(p.Sent) + len(p.Retry) + len(p.Dead) + len(p.Released)
 	if total == 0 {
 		return outbox.FinishResult{}, nil
-	}
-	seen := make(map[string]struct{}, total)
-	check := func(kind string, i int, id string, attempt int) error {
-		if id == "" {
-			return outbox.InvalidParam(fmt.Sprintf("%s[%d].ID", kind, i), "is required")
-		}
-		if attempt < 1 {
-			return outbox.InvalidParam(fmt.Sprintf("%s[%d].Attempt", kind, i), "must be at least 1")
-		}
-		if _, dup := seen[id]; dup {
-			return outbox.InvalidParam(fmt.Sprintf("%s[%d].ID", kind, i), "has more than one outcome in this call")
-		}
-		seen[id] = struct{}{}
-		return nil
 	}
 	now := s.at(p.Now)
 
@@ -47,10 +32,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		sAtt       []int32
 		sStart     []*time.Time
 	)
-	for i, o := range p.Sent {
-		if err := check("Sent", i, o.ID, o.Attempt); err != nil {
-			return outbox.FinishResult{}, err
-		}
+	for _, o := range p.Sent {
 		sID, sAtt = append(sID, o.ID), append(sAtt, int32(o.Attempt)) //nolint:gosec // attempts are small
 		sPMID = append(sPMID, text(o.ProviderMessageID))
 		sResp, sStart = append(sResp, jsonText(o.ProviderResponse)), append(sStart, nullTime(o.StartedAt))
@@ -81,10 +63,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 			return out
 		}
 	)
-	for i, o := range p.Retry {
-		if err := check("Retry", i, o.ID, o.Attempt); err != nil {
-			return outbox.FinishResult{}, err
-		}
+	for _, o := range p.Retry {
 		next := o.NextAttemptAt
 		if next.IsZero() {
 			next = now
@@ -94,18 +73,12 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		rCode, rMsg = append(rCode, code(o.Error)), append(rMsg, msg(o.Error))
 		rResp, rStart = append(rResp, jsonText(o.ProviderResponse)), append(rStart, nullTime(o.StartedAt))
 	}
-	for i, o := range p.Dead {
-		if err := check("Dead", i, o.ID, o.Attempt); err != nil {
-			return outbox.FinishResult{}, err
-		}
+	for _, o := range p.Dead {
 		dID, dAtt = append(dID, o.ID), append(dAtt, int32(o.Attempt)) //nolint:gosec // attempts are small
 		dCode, dMsg = append(dCode, code(o.Error)), append(dMsg, msg(o.Error))
 		dResp, dStart = append(dResp, jsonText(o.ProviderResponse)), append(dStart, nullTime(o.StartedAt))
 	}
-	for i, o := range p.Released {
-		if err := check("Released", i, o.ID, o.Attempt); err != nil {
-			return outbox.FinishResult{}, err
-		}
+	for _, o := range p.Released {
 		lID, lAtt = append(lID, o.ID), append(lAtt, int32(o.Attempt)) //nolint:gosec // attempts are small
 		lNext = append(lNext, nullTime(o.NextAttemptAt))
 		hasErr := o.Error != nil && !o.NextAttemptAt.IsZero()
@@ -179,8 +152,8 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 // for each. It works in chunks of 10,000 rows per statement, skipping rows a
 // concurrent outcome is writing.
 func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
-	if p.ClaimedBefore.IsZero() {
-		return outbox.RecoverResult{}, outbox.InvalidParam("ClaimedBefore", "is required")
+	if err := p.Validate(); err != nil {
+		return outbox.RecoverResult{}, err
 	}
 	maxAttempts := p.MaxAttempts
 	if maxAttempts <= 0 {

@@ -52,11 +52,8 @@ func (s *Store) InboxClaimTx(ctx context.Context, tx pgx.Tx, p outbox.InboxClaim
 // one short statement that skips rows locked by others, and returns how
 // many it deleted. Call it in a loop until it returns less than the limit.
 func (s *Store) InboxPrune(ctx context.Context, p outbox.InboxPruneParams) (int, error) {
-	if p.Before.IsZero() {
-		return 0, outbox.InvalidParam("Before", "is required")
-	}
-	if p.Limit < 0 {
-		return 0, outbox.InvalidParam("Limit", "must not be negative")
+	if err := p.Validate(); err != nil {
+		return 0, err
 	}
 	limit := p.Limit
 	if limit == 0 {

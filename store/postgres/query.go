@@ -14,8 +14,8 @@ import (
 // MessageGet returns one message of a tenant, or an error matching
 // outbox.ErrNotFound.
 func (s *Store) MessageGet(ctx context.Context, p outbox.MessageGetParams) (outbox.Message, error) {
-	if p.ID == "" {
-		return outbox.Message{}, outbox.InvalidParam("ID", "is required")
+	if err := p.Validate(); err != nil {
+		return outbox.Message{}, err
 	}
 	m, err := scanMessage(s.db.QueryRow(ctx, s.sql.get, text(p.Tenant), text(p.ID)))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -118,8 +118,8 @@ func (s *Store) MessageCount(ctx context.Context, p outbox.MessageCountParams) (
 // AttemptList returns the attempts of a tenant's message, oldest first
 // (none for an unknown message).
 func (s *Store) AttemptList(ctx context.Context, p outbox.AttemptListParams) ([]outbox.Attempt, error) {
-	if p.MessageID == "" {
-		return nil, outbox.InvalidParam("MessageID", "is required")
+	if err := p.Validate(); err != nil {
+		return nil, err
 	}
 	r, err := s.db.Query(ctx, s.sql.attempts, text(p.Tenant), text(p.MessageID))
 	if err != nil {
@@ -158,8 +158,8 @@ func (s *Store) AttemptList(ctx context.Context, p outbox.AttemptListParams) ([]
 // status returns an error wrapping outbox.ErrInvalidTransition; an unknown
 // one, outbox.ErrNotFound.
 func (s *Store) MessageCancel(ctx context.Context, p outbox.MessageCancelParams) (outbox.Message, error) {
-	if p.ID == "" {
-		return outbox.Message{}, outbox.InvalidParam("ID", "is required")
+	if err := p.Validate(); err != nil {
+		return outbox.Message{}, err
 	}
 	m, err := scanMessage(s.db.QueryRow(ctx, s.sql.cancel, text(p.Tenant), text(p.ID), s.at(p.Now)))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -176,8 +176,8 @@ func (s *Store) MessageCancel(ctx context.Context, p outbox.MessageCancelParams)
 // processors. Other statuses return an error wrapping
 // outbox.ErrInvalidTransition.
 func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParams) (outbox.Message, error) {
-	if p.ID == "" {
-		return outbox.Message{}, outbox.InvalidParam("ID", "is required")
+	if err := p.Validate(); err != nil {
+		return outbox.Message{}, err
 	}
 	channel := s.channel
 	if s.opts.DisableNotify {
@@ -266,8 +266,8 @@ func (s *Store) MessageApplyReceipt(ctx context.Context, p outbox.MessageApplyRe
 // Call it in a loop until it returns less than the limit. Every 50,000
 // pruned rows, the store analyses its tables (ANALYZE, best effort).
 func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (int, error) {
-	if p.Before.IsZero() {
-		return 0, outbox.InvalidParam("Before", "is required")
+	if err := p.Validate(); err != nil {
+		return 0, err
 	}
 	limit := p.Limit
 	if limit <= 0 {
