@@ -56,9 +56,16 @@ func Example() {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- outbox.Run(runCtx, st, tel.Publisher(pub), outbox.Config{Observer: tel, PollInterval: 10 * time.Millisecond})
+		done <- outbox.Run(runCtx, st, tel.Publisher(pub), outbox.Config{
+			Topics: []string{"orders"}, Observer: tel, PollInterval: 10 * time.Millisecond,
+		})
 	}()
-	traceparent := <-published
+	var traceparent string
+	select {
+	case traceparent = <-published:
+	case err := <-done:
+		panic(err)
+	}
 	stop()
 	<-done
 
