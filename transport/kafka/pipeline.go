@@ -39,13 +39,25 @@ func (p *Publisher) publishPipelined(ctx context.Context, msgs []outbox.Message)
 	}
 	failed := make([]atomic.Bool, len(groups)) // a record of the group failed (set by its promise)
 	stopped := make([]error, len(groups))      // produce no more of the group in this call: why
+	inflight := make([]int, len(groups))       // records of the group produced and not yet received from done
 	state := make([]uint8, len(msgs))
 	done := make(chan produced, len(msgs)) // buffered: a late promise never blocks
-	slots := make(chan struct{}, p.maxInFlight)
 	rctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 
 	pending := 0
+	receive := func(d produced) {
+		pending--
+		state[d.j] = resolved
+		if g := gid[d.j]; g >= 0 {
+			inflight[g]--
+		}
+		if d.err != nil {
+			out[d.j].Err = p.classify(ctx, d.err)
+			return
+		}
+		out[d.j] = ackResult(d.rec)
+	}
 	for i := range msgs {
 		g := gid[i]
 		if g >= 0 && stopped[g] == nil && failed[g].Load() {
@@ -67,25 +79,38 @@ func (p *Publisher) publishPipelined(ctx context.Context, msgs []outbox.Message)
 			}
 			continue
 		}
-		select {
-		case slots <- struct{}{}:
-		case <-rctx.Done():
-			out[i].Err = p.notProducedErr(ctx, rctx.Err())
+		// A record that must wait for room (MaxInFlight, or the client's
+		// buffer, where Produce would block) waits until its group's
+		// earlier records resolved too: a failure among them is then
+		// known before it is produced, rather than racing its promise.
+		mustWait := pending >= p.maxInFlight || p.bufferFull()
+		var waitErr error
+		for waitErr == nil && (pending >= p.maxInFlight || mustWait && g >= 0 && inflight[g] > 0) {
+			select {
+			case d := <-done:
+				receive(d)
+			case <-rctx.Done():
+				waitErr = rctx.Err()
+			}
+		}
+		if waitErr != nil {
+			out[i].Err = p.notProducedErr(ctx, waitErr)
 			continue
 		}
-		if g >= 0 && failed[g].Load() { // failed while we waited for a slot
-			<-slots
+		if g >= 0 && failed[g].Load() { // failed while we waited
 			stopped[g] = errEarlierFailed
 			out[i].Err = errEarlierFailed
 			continue
 		}
 		pending++
 		state[i] = inFlight
+		if g >= 0 {
+			inflight[g]++
+		}
 		p.client.Produce(rctx, rec, func(r *kgo.Record, err error) {
 			if err != nil && g >= 0 {
 				failed[g].Store(true)
 			}
-			<-slots
 			done <- produced{j: i, rec: r, err: err}
 		})
 		if g >= 0 && userSize(rec) > p.bigRecord {
@@ -96,15 +121,10 @@ func (p *Publisher) publishPipelined(ctx context.Context, msgs []outbox.Message)
 	}
 
 await:
-	for ; pending > 0; pending-- {
+	for pending > 0 {
 		select {
 		case d := <-done:
-			state[d.j] = resolved
-			if d.err != nil {
-				out[d.j].Err = p.classify(ctx, d.err)
-				continue
-			}
-			out[d.j] = ackResult(d.rec)
+			receive(d)
 		case <-ctx.Done():
 			for i := range msgs {
 				if state[i] == inFlight {
@@ -154,6 +174,13 @@ var (
 	errEarlierFailed = fmt.Errorf("%w: an earlier message of the group failed", outbox.ErrNotAttempted)
 	errHeldBack      = fmt.Errorf("%w: held back behind a large earlier message of the group", outbox.ErrNotAttempted)
 )
+
+// bufferFull reports whether the client holds the most records it may
+// buffer, so that Produce would block.
+func (p *Publisher) bufferFull() bool {
+	cl, ok := p.client.(*kgo.Client)
+	return ok && p.maxBuffered > 0 && cl.BufferedProduceRecords() >= p.maxBuffered
+}
 
 // userSize is the size franz-go accounts a record at: key, value and
 // headers.

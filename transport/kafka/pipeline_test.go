@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,15 @@ func TestPipelinedKeepsGroupOrder(t *testing.T) {
 // again completes both groups in order.
 func TestPipelinedBrokerErrorMidGroup(t *testing.T) {
 	t.Parallel()
+	for _, n := range []int{0, 2} { // 2: records wait for room, and for their group
+		t.Run(fmt.Sprintf("MaxInFlight=%d", n), func(t *testing.T) {
+			t.Parallel()
+			testPipelinedBrokerErrorMidGroup(t, n)
+		})
+	}
+}
+
+func testPipelinedBrokerErrorMidGroup(t *testing.T, maxInFlight int) {
 	c := newCluster(t, kfake.NumBrokers(2), kfake.SeedTopics(1, "t-ga", "t-gb"))
 	if err := c.MoveTopicPartition("t-ga", 0, 0); err != nil {
 		t.Fatal(err)
@@ -94,9 +104,10 @@ func TestPipelinedBrokerErrorMidGroup(t *testing.T) {
 	pub := newPublisher(t, kafka.Config{
 		// Small batches (2 or 3 records): the failed batch has batches of
 		// the group before it and behind it.
-		Client:   newClient(t, c, kgo.ProducerLinger(0), kgo.ProducerBatchMaxBytes(512)),
-		Topic:    func(m *outbox.Message) (string, error) { return "t-" + m.Group, nil },
-		Pipeline: true,
+		Client:      newClient(t, c, kgo.ProducerLinger(0), kgo.ProducerBatchMaxBytes(512)),
+		Topic:       func(m *outbox.Message) (string, error) { return "t-" + m.Group, nil },
+		Pipeline:    true,
+		MaxInFlight: maxInFlight,
 	})
 	msgs := batch("orders", 2, 8, 0) // a0 b0 a1 b1 ... a7 b7
 	res := pub.Publish(context.Background(), msgs)

@@ -148,12 +148,18 @@ type Config struct {
 // a context or the client ending while Produce blocks on MaxBufferedRecords,
 // 916-918 and 959-962 no usable partition; sink.go 1735-1740 too large for a
 // batch), a record that enters the partition's buffer after an earlier one
-// of its group failed (while Produce blocked on MaxBufferedRecords), and a
+// of its group failed (before the failure reached the Publisher), and a
 // group whose key maps to another partition after the topic gained
 // partitions. The Publisher narrows these: it stops producing a group once
-// one of its records failed or its delivery context ended, holds a group's
-// later records back (outbox.ErrNotAttempted) behind a record of more than
-// half the client's batch or buffer size, and New refuses manual flushing.
+// one of its records failed or its delivery context ended; a record that
+// must wait for room (MaxInFlight, or a full client buffer where Produce
+// would block) is produced only once its group's earlier records resolved;
+// it holds a group's later records back (outbox.ErrNotAttempted) behind a
+// record of more than half the client's batch or buffer size; and New
+// refuses manual flushing. What remains is a failure that reaches franz-go
+// within the moment it takes to hand a group's records over, records of
+// other users of the client filling its buffer between the Publisher's
+// check and its Produce, and a change of partition count.
 // A later message of a group that was written although an earlier one
 // failed retryably is reported as sent (it was) and counted by
 // OrderViolations: the earlier one, retried, lands after it. After a
@@ -187,6 +193,7 @@ type Publisher struct {
 	maxInFlight int
 	pipeline    bool
 	bigRecord   int64 // pipelined: a record larger than this holds its group's later records back
+	maxBuffered int64 // pipelined: the client's MaxBufferedRecords
 	violations  atomic.Int64
 }
 
@@ -209,7 +216,7 @@ func New(cfg Config) (*Publisher, error) {
 			return nil, err
 		}
 	}
-	var bigRecord int64
+	var bigRecord, maxBuffered int64
 	if cfg.Pipeline {
 		cl, ok := cfg.Client.(*kgo.Client)
 		if !ok {
@@ -228,6 +235,7 @@ func New(cfg Config) (*Publisher, error) {
 		if v, ok := cl.OptValue(kgo.MaxBufferedBytes).(int64); ok && v > 0 {
 			bigRecord = min(bigRecord, v/2)
 		}
+		maxBuffered, _ = cl.OptValue(kgo.MaxBufferedRecords).(int64)
 	}
 	topic := cfg.Topic
 	if topic == nil {
@@ -241,6 +249,7 @@ func New(cfg Config) (*Publisher, error) {
 		maxInFlight: cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight),
 		pipeline:    cfg.Pipeline,
 		bigRecord:   bigRecord,
+		maxBuffered: maxBuffered,
 	}, nil
 }
 
