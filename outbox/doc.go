@@ -42,6 +42,18 @@
 // messages whose processor died (after Config.ProcessingTimeout), and shuts
 // down cleanly when ctx is cancelled. Every default is documented on Config.
 //
+// A processor claims only the topics it names: Config.Topics, or the topics
+// registered on its Router; Config.AllTopics claims every topic. It refuses
+// to start with an empty router or a nil publisher, and Run returns
+// ErrNotMigrated or ErrStoreUnavailable when its store probe fails, rather
+// than dead-lettering or looping. Processor.Health serves readiness checks,
+// Processor.Progress counts the work (and lists topics nobody claims), and
+// Processor.WaitDrained waits until everything due is done:
+//
+//	p, err := outbox.NewProcessor(store, router, outbox.Config{})
+//	go p.Run(ctx)
+//	err = p.WaitDrained(ctx) // e.g. in a batch job, before exiting
+//
 // # Publishers and errors
 //
 // A Publisher returns one Result per message. Failures are classified with
