@@ -99,3 +99,13 @@ func TestEndToEndMySQL(t *testing.T) {
 		}
 	}
 }
+
+func TestEndToEndMySQLKillAndRestart(t *testing.T) {
+	t.Parallel()
+	testKillAndRestart(t, setupE2EMySQL(t))
+}
+
+func TestEndToEndMySQLIDsSharedAcrossTables(t *testing.T) {
+	t.Parallel()
+	testIDsSharedAcrossTables(t, setupE2EMySQL(t))
+}

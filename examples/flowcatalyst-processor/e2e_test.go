@@ -22,7 +22,7 @@ import (
 )
 
 // The end-to-end tests run the program as a real child process (built
-// once) against PostgreSQL and the fake FlowCatalyst over HTTP; the rows
+// once) against PostgreSQL or MariaDB/MySQL and the fake FlowCatalyst over HTTP; the rows
 // are written by plain SQL, as an application in any language would.
 
 var (
@@ -105,6 +105,10 @@ func (e *e2e) table(topic string) string {
 // insert writes n rows per group into topic's table, ids prefix+i.
 func (e *e2e) insert(t *testing.T, topic, prefix string, groups, n int) {
 	t.Helper()
+	if e.mysql {
+		e.insertMySQL(t, e.db, topic, prefix, groups, n)
+		return
+	}
 	if _, err := e.db.Exec(`INSERT INTO `+e.table(topic)+` (id, type, message_group, payload, status, retry_count, created_at)
 SELECT $1::text || i, $2::text, 'g' || (i % $3::int), '{"topic":"' || $2::text || '","group":"g' || (i % $3::int) || '","n":' || i || '}', 'PENDING', 0,
 	now() AT TIME ZONE 'UTC' - interval '1 hour' + i * interval '1 millisecond'
@@ -211,7 +215,10 @@ func checkStored(t *testing.T, stored []json.RawMessage, groups, n int, exact bo
 
 func TestEndToEndIDsSharedAcrossTables(t *testing.T) {
 	t.Parallel()
-	e := setupE2E(t)
+	testIDsSharedAcrossTables(t, setupE2E(t))
+}
+
+func testIDsSharedAcrossTables(t *testing.T, e *e2e) {
 	e.srv.OnRequest(func(r *flowcatalysttest.Request) *flowcatalysttest.Response {
 		if r.Path == flowcatalyst.CurrentAPI.EventsPath {
 			return &flowcatalysttest.Response{Status: 503, Body: []byte(`{"error":"events down"}`)}
@@ -249,9 +256,9 @@ func TestEndToEndTwoReplicas(t *testing.T) {
 	}
 }
 
-func TestEndToEndKillAndRestart(t *testing.T) {
-	t.Parallel()
-	e := setupE2E(t)
+func TestEndToEndKillAndRestart(t *testing.T) { t.Parallel(); testKillAndRestart(t, setupE2E(t)) }
+
+func testKillAndRestart(t *testing.T, e *e2e) {
 	e.srv.OnRequest(func(*flowcatalysttest.Request) *flowcatalysttest.Response {
 		return &flowcatalysttest.Response{Delay: 20 * time.Millisecond, Continue: true}
 	})
