@@ -26,8 +26,11 @@ type Config struct {
 	ClaimPerGroup int
 	Clock         outbox.Clock
 	Logger        *slog.Logger
-	// OwnDB makes Close close DB.
+	// OwnDB makes Close close DB (and TxDB).
 	OwnDB bool
+	// TxDB, when set, is the database InTx begins its transactions on
+	// (SQLite: a pool whose transactions begin IMMEDIATE); DB otherwise.
+	TxDB *sql.DB
 	// WriteTx runs fn in a store-owned write transaction and commits it.
 	WriteTx func(ctx context.Context, fn func(q Querier) error) error
 	// MigrateTx runs fn holding the store's migration lock (for MySQL, a
@@ -147,6 +150,9 @@ func (s *Store) Close() error {
 		return nil
 	}
 	if s.cfg.OwnDB {
+		if s.cfg.TxDB != nil {
+			_ = s.cfg.TxDB.Close()
+		}
 		return s.db.Close()
 	}
 	return nil
@@ -165,7 +171,11 @@ func (s *Store) Close() error {
 //		return err
 //	})
 func (s *Store) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	db := s.db
+	if s.cfg.TxDB != nil {
+		db = s.cfg.TxDB
+	}
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return s.errorf("begin", err)
 	}

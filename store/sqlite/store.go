@@ -156,12 +156,15 @@ var dialect = sqlstore.Dialect{
 // Migrate.
 //
 // The store's own writes (claims, outcomes, recovery) begin with BEGIN
-// IMMEDIATE. An application's transaction (InTx, DB().BeginTx) is SQLite's
-// default, deferred: it takes the write lock at its first write, not at
-// BEGIN, so a transaction that reads or computes first does not stall every
-// processor meanwhile. Write before you read in it where you can: a
-// deferred transaction that read, then writes after another writer
-// committed, fails with SQLITE_BUSY (retry it).
+// IMMEDIATE, and so do the transactions of InTx: they take SQLite's single
+// write lock at BEGIN (waiting up to the busy timeout), so a transaction
+// that reads, then writes, never fails on a lock upgrade. Keep them short:
+// the processor's writes wait while one is open. A transaction from
+// DB().BeginTx is SQLite's default, deferred: it takes the write lock at its
+// first write, so one that begins and computes first does not stall the
+// processors; but if it read before another writer committed, its first
+// write fails with SQLITE_BUSY (retry it, or write first). Use InTx for
+// transactions that enqueue unless you have that reason.
 //
 // path is a file name; an in-memory database (":memory:") is refused because
 // each pooled connection would see a different, empty database.
@@ -193,8 +196,16 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	s, err := newStore(db, opts, true)
+	q.Set("_txlock", "immediate")
+	txdb, err := sql.Open("sqlite", path+"?"+q.Encode())
 	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	txdb.SetMaxIdleConns(4)
+	s, err := newStore(db, opts, txdb)
+	if err != nil {
+		_ = txdb.Close()
 		_ = db.Close()
 		return nil, err
 	}
@@ -207,13 +218,17 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 // the DSN parameter _pragma=busy_timeout(5000)) so concurrent writers wait
 // for the lock instead of failing with SQLITE_BUSY; WAL mode is recommended.
 // The store's own write transactions always begin with BEGIN IMMEDIATE.
-func New(db *sql.DB, opts Options) (*Store, error) { return newStore(db, opts, false) }
+// InTx begins its transactions on db as configured (for IMMEDIATE ones, open
+// db with the DSN parameter _txlock=immediate).
+func New(db *sql.DB, opts Options) (*Store, error) { return newStore(db, opts, nil) }
 
-func newStore(db *sql.DB, opts Options, ownDB bool) (*Store, error) {
+// newStore makes a Store over db; a non-nil txdb (from Open) is the pool of
+// InTx's IMMEDIATE transactions, and means the store owns both.
+func newStore(db *sql.DB, opts Options, txdb *sql.DB) (*Store, error) {
 	s := &Store{db: db, writeSem: make(chan struct{}, 1)}
 	var err error
 	s.core, s.env, err = sqlstore.New(sqlstore.Config{
-		DB: db, Dialect: dialect, OwnDB: ownDB,
+		DB: db, TxDB: txdb, Dialect: dialect, OwnDB: txdb != nil,
 		TablePrefix: opts.TablePrefix, ClaimPerGroup: opts.ClaimPerGroup, Clock: opts.Clock, Logger: opts.Logger,
 		WriteTx: s.writeTx, MigrationFS: migrationFS,
 		Insert: s.insert, Claim: s.claim, Finish: s.finish,

@@ -2,7 +2,10 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,5 +66,52 @@ func TestOpenApplicationTransactionDoesNotStallTheProcessor(t *testing.T) {
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// InTx's transactions take the write lock at BEGIN: one that reads, then
+// writes, while other writers commit never fails with SQLITE_BUSY (a
+// deferred transaction would, on its lock upgrade).
+func TestInTxReadThenWriteNeverBusy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "outbox.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ob := outbox.New(st, outbox.Options{})
+	const writers, each = 8, 15
+	errs := make(chan error, writers*each)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				errs <- st.InTx(ctx, func(tx *sql.Tx) error {
+					var n int
+					if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM outbox_messages`).Scan(&n); err != nil {
+						return err
+					}
+					_, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "t", Group: fmt.Sprint("g", w), Payload: fmt.Appendf(nil, `%d`, i)})
+					return err
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("InTx: %v", err)
+		}
+	}
+	c, err := st.MessageCount(ctx, outbox.MessageCountParams{})
+	if err != nil || c[outbox.StatusPending] != writers*each {
+		t.Fatalf("pending %v (%v), want %d", c, err, writers*each)
 	}
 }
