@@ -1,0 +1,68 @@
+// Package mongo is the MongoDB store: an outbox.Store, an
+// outbox.Enqueuer[context.Context] and an outbox.InboxStore[context.Context]
+// on go.mongodb.org/mongo-driver/v2.
+//
+// # The caller's transaction
+//
+// In driver v2 the session travels in the context, so the "transaction"
+// this store takes is that context: inside Session.WithTransaction (or
+// InTx) pass the callback's context both as the context and as the
+// transaction, and the messages commit or abort with your own writes:
+//
+//	ob := outbox.New[context.Context](store, outbox.Options{})
+//	_, err := sess.WithTransaction(ctx, func(ctx context.Context) (any, error) {
+//		if _, err := orders.InsertOne(ctx, order); err != nil {
+//			return nil, err
+//		}
+//		return ob.EnqueueTx(ctx, ctx, outbox.Message{Topic: "orders", Group: order.ID, Payload: body})
+//	})
+//
+// Transactions need a replica set (or a sharded cluster). Against a
+// standalone server, or a compatible server without transactions, EnqueueTx
+// still works but writes at once: the messages are then NOT atomic with the
+// caller's other writes (an abort leaves them in place).
+//
+// # Collections
+//
+// Options.CollectionPrefix (default "outbox_") names five collections:
+// messages, attempts (the attempt history), locks (short-lived claim and
+// enqueue locks), counters (the sequence) and inbox. Migrate creates their
+// indexes: a unique one on (tenant, key) makes enqueue idempotent, a unique
+// one on seq orders groups and pages listings, others serve the claim,
+// recovery, receipts (tenant, provider ID), listings and pruning.
+//
+// # Claims: correct by construction
+//
+// A claim never relies on a multi-document transaction or on
+// findOneAndUpdate being atomic across documents. It locks each group (and
+// each unordered message) it wants by inserting a document whose unique _id
+// names it: exactly one concurrent insert succeeds. Under the lock it reads
+// the group's open messages in Seq order and leases the run of PENDING due
+// messages from the head, with updates fenced by status and attempt count;
+// then it deletes the locks. Enqueue outside a transaction takes the same
+// group lock, so a claim never sees a later message of a group before an
+// earlier one; inside a transaction the single sequence counter document
+// serialises enqueuing transactions, so a group's order is its commit
+// order. Outcomes are fenced by the lease (PROCESSING, owner, attempt) and
+// written in one bulk write; the updates that applied are read back by a
+// token they set. A lock whose holder died expires after Options.LockTTL.
+//
+// Times are stored as BSON dates: millisecond precision.
+//
+// # What was verified where
+//
+// The conformance suite (outbox/outboxtest/storetest) runs in CI against
+// FerretDB v1.24.2 (MongoDB wire protocol over PostgreSQL), including the
+// concurrent-claim and multi-processor FIFO cases, which exercise the
+// unique-index locks. FerretDB can deadlock its own PostgreSQL pool when
+// many writes of large commands arrive at once, so bulk writes are sent in
+// chunks of a few documents. FerretDB has no multi-document transactions and no
+// change streams, so there the cases that need caller transactions skip,
+// naming the capability, and Wakeups falls back to this process's own
+// signal and polling. The same suite runs against a real replica set when
+// OUTBOXKIT_MONGO_URI names one; with transactions MongoDB aborts one of
+// two conflicting transactions instead of making it wait, so the inbox's
+// "second transaction waits" cases skip there too (the inbox is still
+// exactly-once: Session.WithTransaction retries the aborted one, which then
+// sees the record).
+package mongo

@@ -1,0 +1,241 @@
+package mongo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+var unsetLease = bson.E{Key: "$unset", Value: bson.D{{Key: "claimed_at", Value: ""}, {Key: "claimed_by", Value: ""}}}
+
+// outcome is one fenced update of MessageFinish or MessageRecover and the
+// attempt it records when it applies.
+type outcome struct {
+	filter  bson.D
+	update  bson.D
+	id      string
+	attempt *attemptDoc // nil for a release
+}
+
+// applyOutcomes runs the updates in one unordered bulk write, each setting
+// the field fop to a token of this call, and returns the IDs (with their
+// tenants) of the updates that applied. When every update matched, that is
+// all of them; otherwise the documents still carrying the token are read
+// back. Claims never write fop, so a message finished here and claimed
+// again at once still counts as applied; only a second finish of it
+// before the read-back could hide it (it is then reported as lost, and
+// its attempt is not recorded). The attempts of the applied outcomes are
+// added to the history in one more write.
+func (s *Store) applyOutcomes(ctx context.Context, outs []outcome) (map[string]string, error) {
+	if len(outs) == 0 {
+		return nil, nil
+	}
+	op := token()
+	models := make([]mongo.WriteModel, len(outs))
+	ids := make(bson.A, len(outs))
+	for i, o := range outs {
+		upd := o.update
+		for j := range upd {
+			if upd[j].Key == "$set" {
+				upd[j].Value = append(upd[j].Value.(bson.D), bson.E{Key: "fop", Value: op})
+			}
+		}
+		models[i] = mongo.NewUpdateOneModel().SetFilter(o.filter).SetUpdate(upd)
+		ids[i] = o.id
+	}
+	matched, err := s.bulk(ctx, models)
+	if err != nil {
+		return nil, err
+	}
+	var got []struct {
+		ID     string `bson:"_id"`
+		Tenant string `bson:"tenant"`
+	}
+	filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}
+	if matched < int64(len(outs)) {
+		filter = append(filter, bson.E{Key: "fop", Value: op})
+	}
+	cur, err := s.msgs.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "tenant", Value: 1}}))
+	if err != nil {
+		return nil, err
+	}
+	if err := cur.All(ctx, &got); err != nil {
+		return nil, err
+	}
+	applied := make(map[string]string, len(got))
+	for _, g := range got {
+		applied[g.ID] = g.Tenant
+	}
+	var atts []any
+	for _, o := range outs {
+		if tenant, ok := applied[o.id]; ok && o.attempt != nil {
+			a := *o.attempt
+			a.Tenant = tenant
+			atts = append(atts, a)
+		}
+	}
+	if len(atts) > 0 {
+		if _, err := s.attempts.InsertMany(ctx, atts); err != nil {
+			return applied, fmt.Errorf("attempt history: %w", err)
+		}
+	}
+	return applied, nil
+}
+
+func fence(id, owner string, attempt int) bson.D {
+	return bson.D{
+		{Key: "_id", Value: id}, {Key: "status", Value: string(outbox.StatusProcessing)},
+		{Key: "claimed_by", Value: owner}, {Key: "attempts", Value: attempt},
+	}
+}
+
+func respText(r json.RawMessage) string { return string(r) }
+
+// MessageFinish implements outbox.Store: the outcomes are written with one
+// unordered bulk write, each update fenced by the lease (PROCESSING,
+// ClaimedBy = Owner, Attempts = Attempt); the applied ones are read back by
+// the token the write set, and their attempts added to the history in one
+// more write. An outcome whose lease was lost changes nothing and its ID is
+// returned in LeaseLost.
+func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
+	var res outbox.FinishResult
+	if err := p.Validate(); err != nil {
+		return res, err
+	}
+	now := s.now(p.Now)
+	started := func(t time.Time) time.Time {
+		if t.IsZero() {
+			return now
+		}
+		return t.UTC()
+	}
+	var outs []outcome
+	for _, o := range p.Sent {
+		set := bson.D{{Key: "status", Value: string(outbox.StatusSent)}, {Key: "fin", Value: true},
+			{Key: "sent_at", Value: now}, {Key: "updated_at", Value: now}}
+		if o.ProviderMessageID != "" {
+			set = append(set, bson.E{Key: "prov_id", Value: o.ProviderMessageID})
+		}
+		outs = append(outs, outcome{filter: fence(o.ID, p.Owner, o.Attempt), id: o.ID,
+			update:  bson.D{{Key: "$set", Value: set}, unsetLease},
+			attempt: &attemptDoc{MsgID: o.ID, N: o.Attempt, Outcome: string(outbox.AttemptSucceeded), Response: respText(o.ProviderResponse), StartedAt: started(o.StartedAt), FinishedAt: now}})
+	}
+	for _, o := range p.Retry {
+		next := s.now(o.NextAttemptAt)
+		e := o.Error
+		outs = append(outs, outcome{filter: fence(o.ID, p.Owner, o.Attempt), id: o.ID,
+			update: bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusPending)},
+				{Key: "next_at", Value: next}, {Key: "last_error", Value: errOf(&e)}, {Key: "updated_at", Value: now}}}, unsetLease},
+			attempt: &attemptDoc{MsgID: o.ID, N: o.Attempt, Outcome: string(outbox.AttemptRetry), Error: errOf(&e), Response: respText(o.ProviderResponse),
+				NextAt: tp(next), StartedAt: started(o.StartedAt), FinishedAt: now}})
+	}
+	for _, o := range p.Dead {
+		e := o.Error
+		outs = append(outs, outcome{filter: fence(o.ID, p.Owner, o.Attempt), id: o.ID,
+			update: bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusFailed)}, {Key: "fin", Value: true},
+				{Key: "last_error", Value: errOf(&e)}, {Key: "updated_at", Value: now}}}, unsetLease},
+			attempt: &attemptDoc{MsgID: o.ID, N: o.Attempt, Outcome: string(outbox.AttemptFailed), Error: errOf(&e), Response: respText(o.ProviderResponse),
+				StartedAt: started(o.StartedAt), FinishedAt: now}})
+	}
+	for _, o := range p.Released {
+		set := bson.D{{Key: "status", Value: string(outbox.StatusPending)}, {Key: "updated_at", Value: now}}
+		if !o.NextAttemptAt.IsZero() {
+			set = append(set, bson.E{Key: "next_at", Value: s.now(o.NextAttemptAt)})
+			if o.Error != nil {
+				set = append(set, bson.E{Key: "last_error", Value: errOf(o.Error)})
+			}
+		}
+		outs = append(outs, outcome{filter: fence(o.ID, p.Owner, o.Attempt), id: o.ID,
+			update: bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "attempts", Value: -1}}}, unsetLease}})
+	}
+	applied, err := s.applyOutcomes(ctx, outs)
+	if err != nil {
+		return outbox.FinishResult{}, fmt.Errorf("mongo: finish: %w", err)
+	}
+	for _, o := range outs {
+		if _, ok := applied[o.id]; !ok {
+			res.LeaseLost = append(res.LeaseLost, o.id)
+		}
+	}
+	if len(applied) > 0 {
+		s.Notify() // a finished message may unblock the next one of its group
+	}
+	return res, nil
+}
+
+// leaseExpiredCode is the LastError code of a message whose lease expired.
+const leaseExpiredCode = "lease_expired"
+
+// MessageRecover implements outbox.Store: every PROCESSING message claimed
+// before p.ClaimedBefore goes back to PENDING (due at once), or to FAILED
+// when it has used all its attempts (its MaxAttempts, else p.MaxAttempts,
+// else outbox.DefaultMaxAttempts). Both get LastError code "lease_expired"
+// and an attempt recording the lost attempt. Each update is fenced by the
+// lease it read, so an outcome recorded meanwhile wins.
+func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
+	var res outbox.RecoverResult
+	if err := p.Validate(); err != nil {
+		return res, err
+	}
+	maxAttempts := p.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = outbox.DefaultMaxAttempts
+	}
+	now := s.now(p.Now)
+	var expired []msgDoc
+	if err := s.findAll(ctx, bson.D{{Key: "status", Value: string(outbox.StatusProcessing)},
+		{Key: "claimed_at", Value: bson.D{{Key: "$lt", Value: p.ClaimedBefore.UTC()}}}}, &expired,
+		options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}).SetLimit(10000)); err != nil {
+		return res, fmt.Errorf("mongo: recover: %w", err)
+	}
+	e := &errDoc{Code: leaseExpiredCode, Message: "the lease expired before the outcome was recorded (the processor stopped or stalled)"}
+	var outs []outcome
+	dead := map[string]bool{}
+	for _, d := range expired {
+		filter := fence(d.ID, d.ClaimedBy, d.Attempts)
+		filter = append(filter, bson.E{Key: "claimed_at", Value: tv(d.ClaimedAt)})
+		limit := d.MaxAttempts
+		if limit == 0 {
+			limit = maxAttempts
+		}
+		a := &attemptDoc{MsgID: d.ID, N: d.Attempts, Error: e, StartedAt: tv(d.ClaimedAt), FinishedAt: now}
+		if d.Attempts >= limit {
+			dead[d.ID] = true
+			a.Outcome = string(outbox.AttemptFailed)
+			outs = append(outs, outcome{filter: filter, id: d.ID, attempt: a,
+				update: bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusFailed)}, {Key: "fin", Value: true},
+					{Key: "last_error", Value: e}, {Key: "updated_at", Value: now}}}, unsetLease}})
+			continue
+		}
+		next := d.NextAt
+		if now.Before(next) {
+			next = now
+		}
+		a.Outcome, a.NextAt = string(outbox.AttemptRetry), tp(now)
+		outs = append(outs, outcome{filter: filter, id: d.ID, attempt: a,
+			update: bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusPending)},
+				{Key: "next_at", Value: next}, {Key: "last_error", Value: e}, {Key: "updated_at", Value: now}}}, unsetLease}})
+	}
+	applied, err := s.applyOutcomes(ctx, outs)
+	if err != nil {
+		return outbox.RecoverResult{}, fmt.Errorf("mongo: recover: %w", err)
+	}
+	for id := range applied {
+		if dead[id] {
+			res.DeadLettered++
+		} else {
+			res.Recovered++
+		}
+	}
+	if len(applied) > 0 {
+		s.Notify()
+	}
+	return res, nil
+}

@@ -1,0 +1,253 @@
+package mongo
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxkit/outboxkit/internal/wake"
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// Options configures a Store.
+type Options struct {
+	// CollectionPrefix names the collections: <prefix>messages,
+	// <prefix>attempts, <prefix>locks, <prefix>counters and <prefix>inbox.
+	// Defaults to "outbox_". Letters, digits, '_' and '.' only.
+	CollectionPrefix string
+	// LockTTL is how long a claim or enqueue may hold a group's lock
+	// document before another process may take it over (a process that
+	// died holding it). Claims hold locks for a few round trips only.
+	// Defaults to 30 seconds.
+	LockTTL time.Duration
+	// DisableChangeStreams makes Wakeups use the in-process signal and the
+	// processor's polling only, even when the server has change streams.
+	DisableChangeStreams bool
+	// Clock is the store's time source for the fields a caller leaves
+	// zero. Defaults to outbox.SystemClock.
+	Clock outbox.Clock
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+}
+
+var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_.]{0,64}$`)
+
+// Store is an outbox.Store, an outbox.Enqueuer[context.Context] and an
+// outbox.InboxStore[context.Context] over one MongoDB database: the
+// caller's "transaction" is the context that carries its session (see the
+// package documentation). It is safe
+// for concurrent use.
+type Store struct {
+	db       *mongo.Database
+	msgs     *mongo.Collection
+	attempts *mongo.Collection
+	locks    *mongo.Collection
+	counters *mongo.Collection
+	inbox    *mongo.Collection
+	opts     Options
+	clock    outbox.Clock
+	log      *slog.Logger
+	wake     *wake.Hub
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// New returns a Store over db. It does not touch the database; call
+// Migrate once (it is idempotent) before use.
+func New(db *mongo.Database, opts Options) (*Store, error) {
+	if db == nil {
+		return nil, outbox.InvalidParam("db", "is nil")
+	}
+	if opts.CollectionPrefix == "" {
+		opts.CollectionPrefix = "outbox_"
+	}
+	if !prefixRE.MatchString(opts.CollectionPrefix) {
+		return nil, outbox.InvalidParam("Options.CollectionPrefix", fmt.Sprintf("%q: use at most 64 letters, digits, '_' or '.'", opts.CollectionPrefix))
+	}
+	if opts.LockTTL < 0 {
+		return nil, outbox.InvalidParam("Options.LockTTL", "must not be negative")
+	}
+	if opts.LockTTL == 0 {
+		opts.LockTTL = 30 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = outbox.SystemClock
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	p := opts.CollectionPrefix
+	return &Store{
+		db:       db,
+		msgs:     db.Collection(p + "messages"),
+		attempts: db.Collection(p + "attempts"),
+		locks:    db.Collection(p + "locks"),
+		counters: db.Collection(p + "counters"),
+		inbox:    db.Collection(p + "inbox"),
+		opts:     opts,
+		clock:    opts.Clock,
+		log:      opts.Logger,
+		wake:     wake.New(),
+	}, nil
+}
+
+// Database returns the database the Store works in.
+func (s *Store) Database() *mongo.Database { return s.db }
+
+// Messages returns the messages collection (for operators' own queries;
+// write to it only through the Store).
+func (s *Store) Messages() *mongo.Collection { return s.msgs }
+
+// Close closes the Wakeups channels. It does not disconnect the client,
+// which the caller owns.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.wake.Close()
+	}
+	return nil
+}
+
+// Notify wakes the Wakeups listeners of this process. MessageEnqueue and
+// InTx call it after they commit; call it after committing a transaction
+// of your own that enqueued, unless the server has change streams.
+func (s *Store) Notify() { s.wake.Notify() }
+
+type index struct {
+	coll   *mongo.Collection
+	name   string
+	keys   bson.D
+	unique bool
+}
+
+func (s *Store) indexes() []index {
+	return []index{
+		// Idempotency: one message per (tenant, key).
+		{s.msgs, "tenant_key", bson.D{{Key: "tenant", Value: 1}, {Key: "key", Value: 1}}, true},
+		// Seq is unique: it orders groups and pages listings.
+		{s.msgs, "seq", bson.D{{Key: "seq", Value: 1}}, true},
+		// Claim: due PENDING messages in seq order, unordered ones apart.
+		{s.msgs, "claim", bson.D{{Key: "status", Value: 1}, {Key: "gkey", Value: 1}, {Key: "seq", Value: 1}}, false},
+		// A group's open messages in order (fin changes only when a
+		// message finishes or is requeued).
+		{s.msgs, "group_open", bson.D{{Key: "gkey", Value: 1}, {Key: "fin", Value: 1}, {Key: "seq", Value: 1}}, false},
+		// Recovery of expired leases.
+		{s.msgs, "lease", bson.D{{Key: "status", Value: 1}, {Key: "claimed_at", Value: 1}}, false},
+		// Receipts find a message by its provider ID within a tenant.
+		{s.msgs, "provider", bson.D{{Key: "tenant", Value: 1}, {Key: "prov_id", Value: 1}}, false},
+		// Tenant-scoped listings and counts.
+		{s.msgs, "tenant_seq", bson.D{{Key: "tenant", Value: 1}, {Key: "seq", Value: 1}}, false},
+		// Prune: finished messages by age.
+		{s.msgs, "prune", bson.D{{Key: "fin", Value: 1}, {Key: "updated_at", Value: 1}}, false},
+		{s.attempts, "message", bson.D{{Key: "tenant", Value: 1}, {Key: "msg_id", Value: 1}, {Key: "n", Value: 1}}, false},
+		{s.attempts, "msg_id", bson.D{{Key: "msg_id", Value: 1}}, false},
+		{s.inbox, "at", bson.D{{Key: "at", Value: 1}}, false},
+	}
+}
+
+// Migrate creates the collections' indexes (the unique ones carry
+// idempotency and the sequence). It is idempotent and safe to run from
+// several processes at once.
+func (s *Store) Migrate(ctx context.Context) error {
+	byColl := map[*mongo.Collection][]mongo.IndexModel{}
+	var order []*mongo.Collection
+	for _, ix := range s.indexes() {
+		if _, ok := byColl[ix.coll]; !ok {
+			order = append(order, ix.coll)
+		}
+		o := options.Index().SetName(ix.name)
+		if ix.unique {
+			o.SetUnique(true)
+		}
+		byColl[ix.coll] = append(byColl[ix.coll], mongo.IndexModel{Keys: ix.keys, Options: o})
+	}
+	for _, c := range order {
+		if _, err := c.Indexes().CreateMany(ctx, byColl[c]); err != nil {
+			return fmt.Errorf("mongo: migrate: indexes of %s: %w", c.Name(), err)
+		}
+	}
+	return nil
+}
+
+// MigrateDown drops the Store's collections, with their data.
+func (s *Store) MigrateDown(ctx context.Context) error {
+	for _, c := range []*mongo.Collection{s.msgs, s.attempts, s.locks, s.counters, s.inbox} {
+		if err := c.Drop(ctx); err != nil {
+			return fmt.Errorf("mongo: migrate down: drop %s: %w", c.Name(), err)
+		}
+	}
+	return nil
+}
+
+// InTx runs fn in a MongoDB transaction (Session.WithTransaction): the
+// session travels in the context fn receives, so every operation fn runs
+// with that context, and every EnqueueTx given it as the transaction,
+// commits or aborts together. fn may run more
+// than once (the driver retries transient transaction errors), so it must
+// be safe to repeat. After the commit the Wakeups listeners of this process
+// are woken.
+//
+// Transactions need a replica set or a sharded cluster; on a standalone
+// server InTx returns the server's error.
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context) error) error {
+	sess, err := s.db.Client().StartSession()
+	if err != nil {
+		return fmt.Errorf("mongo: start session: %w", err)
+	}
+	defer sess.EndSession(context.WithoutCancel(ctx))
+	_, err = sess.WithTransaction(ctx, func(ctx context.Context) (any, error) {
+		return nil, fn(ctx)
+	})
+	if err != nil {
+		return err
+	}
+	s.Notify()
+	return nil
+}
+
+func (s *Store) now(t time.Time) time.Time {
+	if t.IsZero() {
+		t = s.clock.Now()
+	}
+	return t.UTC().Truncate(time.Millisecond)
+}
+
+func token() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func notFound(tenant, id string) error {
+	return fmt.Errorf("%w: message %q in tenant %q", outbox.ErrNotFound, id, tenant)
+}
+
+// dupIndexes returns the indexes of the writes that failed with a
+// duplicate key error, and whether every write error was one.
+func dupIndexes(err error) (map[int]bool, bool) {
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
+		return nil, false
+	}
+	out := map[int]bool{}
+	for _, we := range bwe.WriteErrors {
+		if we.Code != 11000 && we.Code != 11001 {
+			return nil, false
+		}
+		out[we.Index] = true
+	}
+	return out, true
+}
