@@ -44,11 +44,7 @@ func TestConformance(t *testing.T) {
 				},
 			}
 		},
-		Features: storetest.Features{
-			ConcurrentWriters: true,
-			// No MessageListTx yet.
-			Lacks: []storetest.Capability{storetest.CapListInTx},
-		},
+		Features: storetest.Features{ConcurrentWriters: true},
 	})
 }
 
@@ -75,7 +71,7 @@ func TestConformanceDatabaseSQL(t *testing.T) {
 		},
 		Features: storetest.Features{
 			ConcurrentWriters: true,
-			// No MessageListTx yet.
+			// MessageListTx takes a pgx.Tx; the *sql.Tx side has none.
 			Lacks: []storetest.Capability{storetest.CapListInTx},
 		},
 	})
