@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/outboxkit/outboxkit/internal/redact"
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -421,7 +422,7 @@ func (p *Publisher) post(ctx context.Context, m *outbox.Message, req Request, cr
 	if err != nil {
 		return outbox.Result{Err: p.transportError(ctx, rctx, err, creds)}
 	}
-	body = redactBytes(body, creds)
+	body = redact.SecretsBytes(body, secrets(creds)...)
 	var pr json.RawMessage
 	if json.Valid(body) {
 		pr = body
@@ -456,7 +457,7 @@ type APIError struct {
 
 func (p *Publisher) apiError(ctx context.Context, m *outbox.Message, req Request, creds Credentials, resp *http.Response, body []byte) error {
 	now := p.cfg.Clock.Now()
-	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), now)
+	retryAfter := redact.RetryAfter(resp.Header.Get("Retry-After"), now, 7*24*time.Hour)
 	var env struct {
 		Error *struct {
 			APIError
@@ -492,7 +493,7 @@ func (p *Publisher) apiError(ctx context.Context, m *outbox.Message, req Request
 	if e.FBTraceID != "" {
 		msg += " [fbtrace_id " + e.FBTraceID + "]"
 	}
-	msg = redact(msg, creds)
+	msg = redact.Secrets(msg, secrets(creds)...)
 	code := strconv.Itoa(e.Code)
 	d := retryAfter
 	switch spec.RateLimit {
@@ -582,7 +583,7 @@ func (p *Publisher) transportError(ctx, rctx context.Context, err error, creds C
 	if errors.As(err, &ue) {
 		msg = ue.Err.Error()
 	}
-	return &outbox.PublishError{Code: CodeNetwork, Message: "request to the Cloud API failed: " + redact(msg, creds)}
+	return &outbox.PublishError{Code: CodeNetwork, Message: "request to the Cloud API failed: " + redact.Secrets(msg, secrets(creds)...)}
 }
 
 func isTimeout(err error) bool {
@@ -590,37 +591,9 @@ func isTimeout(err error) bool {
 	return errors.As(err, &t) && t.Timeout()
 }
 
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(v); err == nil && s > 0 {
-		return time.Duration(min(s, 7*24*3600)) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return min(t.Sub(now), 7*24*time.Hour)
-	}
-	return 0
-}
-
-func redact(s string, c Credentials) string {
-	for _, secret := range []string{c.AccessToken, c.AppSecret, c.VerifyToken} {
-		if len(secret) >= 4 {
-			s = strings.ReplaceAll(s, secret, "[redacted]")
-		}
-	}
-	return s
-}
-
-func redactBytes(b []byte, c Credentials) []byte {
-	for _, secret := range []string{c.AccessToken, c.AppSecret, c.VerifyToken} {
-		if len(secret) >= 4 && bytes.Contains(b, []byte(secret)) {
-			b = bytes.ReplaceAll(b, []byte(secret), []byte("[redacted]"))
-		}
-	}
-	return b
-}
+// secrets are the credentials that must never reach an error, a log or a
+// stored message (a server may echo them back).
+func secrets(c Credentials) []string { return []string{c.AccessToken, c.AppSecret, c.VerifyToken} }
 
 // limiter paces sends per key (business phone number) with
 // golang.org/x/time/rate. Its burst is one message: sends are spaced by at
