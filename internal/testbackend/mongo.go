@@ -48,8 +48,12 @@ func Mongo(t testing.TB) MongoDatabase {
 	defer cancel()
 	// A small pool: FerretDB v1 over PostgreSQL can deadlock its own
 	// PostgreSQL pool when many updates arrive at once (each holds one
-	// connection while it waits for a second).
-	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetServerSelectionTimeout(5 * time.Second).SetMaxPoolSize(4))
+	// connection while it waits for a second). An operation that still
+	// hangs there is cut off after 20 s (the client-side operation timeout
+	// closes its connection), so the caller sees an error and retries
+	// instead of waiting forever.
+	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetServerSelectionTimeout(5 * time.Second).
+		SetMaxPoolSize(4).SetTimeout(20 * time.Second))
 	if err != nil {
 		t.Fatalf("testbackend: MongoDB client: %v", err)
 	}
