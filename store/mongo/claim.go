@@ -25,7 +25,7 @@ const claimRounds = 3
 // It is built from single-document atomic operations only:
 //
 //  1. find candidates: due unordered messages, and the groups with due
-//     messages (oldest first);
+//     messages (oldest first), leaving out what a pause covers;
 //  2. lock each candidate by inserting a lock document whose unique _id
 //     names the group (or the unordered message): one insert succeeds,
 //     the others fail with a duplicate key, so one claimer at a time works
@@ -55,6 +55,11 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	if len(p.Topics) > 0 {
 		due = append(due, bson.E{Key: "topic", Value: bson.D{{Key: "$in", Value: p.Topics}}})
 	}
+	paused, err := s.notPaused(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mongo: claim: %w", err)
+	}
+	due = append(due, paused...)
 	var cands []msgDoc
 
 	// Unordered messages: the oldest due ones, each under its own lock.

@@ -34,8 +34,7 @@ func lacks(t *testing.T) []storetest.Capability {
 	db := testbackend.Mongo(t)
 	// Two transactions writing the same document conflict at once on
 	// MongoDB instead of waiting: never the SQL stores' lock wait.
-	// The operator methods of outbox.Admin are not implemented yet.
-	out := []storetest.Capability{storetest.CapLockWait, storetest.CapAdmin}
+	out := []storetest.Capability{storetest.CapLockWait}
 	if !db.ReplicaSet {
 		t.Logf("the server is not a replica set: no transactions, no change streams")
 		out = append(out, storetest.CapTransactions)

@@ -11,10 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/outboxkit/outboxkit/internal/surface"
 	"github.com/outboxkit/outboxkit/internal/wake"
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -22,7 +21,8 @@ import (
 // Options configures a Store.
 type Options struct {
 	// CollectionPrefix names the collections: <prefix>messages,
-	// <prefix>attempts, <prefix>locks, <prefix>counters and <prefix>inbox.
+	// <prefix>attempts, <prefix>locks, <prefix>counters, <prefix>inbox,
+	// <prefix>pauses and <prefix>migrations.
 	// Defaults to "outbox_". Letters, digits, '_' and '.' only.
 	CollectionPrefix string
 	// LockTTL is how long a claim or enqueue may hold a group's lock
@@ -40,6 +40,11 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+var (
+	_ surface.Store[context.Context] = (*Store)(nil)
+	_ outbox.Admin                   = (*Store)(nil)
+)
+
 var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_.]{0,64}$`)
 
 // Store is an outbox.Store, an outbox.Enqueuer[context.Context] and an
@@ -54,6 +59,8 @@ type Store struct {
 	locks    *mongo.Collection
 	counters *mongo.Collection
 	inbox    *mongo.Collection
+	pauses   *mongo.Collection
+	versions *mongo.Collection
 	opts     Options
 	clock    outbox.Clock
 	log      *slog.Logger
@@ -95,6 +102,8 @@ func New(db *mongo.Database, opts Options) (*Store, error) {
 		locks:    db.Collection(p + "locks"),
 		counters: db.Collection(p + "counters"),
 		inbox:    db.Collection(p + "inbox"),
+		pauses:   db.Collection(p + "pauses"),
+		versions: db.Collection(p + "migrations"),
 		opts:     opts,
 		clock:    opts.Clock,
 		log:      opts.Logger,
@@ -125,72 +134,6 @@ func (s *Store) Close() error {
 // InTx call it after they commit; call it after committing a transaction
 // of your own that enqueued, unless the server has change streams.
 func (s *Store) Notify() { s.wake.Notify() }
-
-type index struct {
-	coll   *mongo.Collection
-	name   string
-	keys   bson.D
-	unique bool
-}
-
-func (s *Store) indexes() []index {
-	return []index{
-		// Idempotency: one message per (tenant, key).
-		{s.msgs, "tenant_key", bson.D{{Key: "tenant", Value: 1}, {Key: "key", Value: 1}}, true},
-		// Seq is unique: it orders groups and pages listings.
-		{s.msgs, "seq", bson.D{{Key: "seq", Value: 1}}, true},
-		// Claim: due PENDING messages in seq order, unordered ones apart.
-		{s.msgs, "claim", bson.D{{Key: "status", Value: 1}, {Key: "gkey", Value: 1}, {Key: "seq", Value: 1}}, false},
-		// A group's open messages in order (fin changes only when a
-		// message finishes or is requeued).
-		{s.msgs, "group_open", bson.D{{Key: "gkey", Value: 1}, {Key: "fin", Value: 1}, {Key: "seq", Value: 1}}, false},
-		// Recovery of expired leases.
-		{s.msgs, "lease", bson.D{{Key: "status", Value: 1}, {Key: "claimed_at", Value: 1}}, false},
-		// Receipts find a message by its provider ID within a tenant.
-		{s.msgs, "provider", bson.D{{Key: "tenant", Value: 1}, {Key: "prov_id", Value: 1}}, false},
-		// Tenant-scoped listings and counts.
-		{s.msgs, "tenant_seq", bson.D{{Key: "tenant", Value: 1}, {Key: "seq", Value: 1}}, false},
-		// Prune: finished messages by age.
-		{s.msgs, "prune", bson.D{{Key: "fin", Value: 1}, {Key: "updated_at", Value: 1}}, false},
-		{s.attempts, "message", bson.D{{Key: "tenant", Value: 1}, {Key: "msg_id", Value: 1}, {Key: "n", Value: 1}}, false},
-		{s.attempts, "msg_id", bson.D{{Key: "msg_id", Value: 1}}, false},
-		{s.inbox, "at", bson.D{{Key: "at", Value: 1}}, false},
-	}
-}
-
-// Migrate creates the collections' indexes (the unique ones carry
-// idempotency and the sequence). It is idempotent and safe to run from
-// several processes at once.
-func (s *Store) Migrate(ctx context.Context) error {
-	byColl := map[*mongo.Collection][]mongo.IndexModel{}
-	var order []*mongo.Collection
-	for _, ix := range s.indexes() {
-		if _, ok := byColl[ix.coll]; !ok {
-			order = append(order, ix.coll)
-		}
-		o := options.Index().SetName(ix.name)
-		if ix.unique {
-			o.SetUnique(true)
-		}
-		byColl[ix.coll] = append(byColl[ix.coll], mongo.IndexModel{Keys: ix.keys, Options: o})
-	}
-	for _, c := range order {
-		if _, err := c.Indexes().CreateMany(ctx, byColl[c]); err != nil {
-			return fmt.Errorf("mongo: migrate: indexes of %s: %w", c.Name(), err)
-		}
-	}
-	return nil
-}
-
-// MigrateDown drops the Store's collections, with their data.
-func (s *Store) MigrateDown(ctx context.Context) error {
-	for _, c := range []*mongo.Collection{s.msgs, s.attempts, s.locks, s.counters, s.inbox} {
-		if err := c.Drop(ctx); err != nil {
-			return fmt.Errorf("mongo: migrate down: drop %s: %w", c.Name(), err)
-		}
-	}
-	return nil
-}
 
 // InTx runs fn in a MongoDB transaction (Session.WithTransaction): the
 // session travels in the context fn receives, so every operation fn runs

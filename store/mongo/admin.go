@@ -1,0 +1,200 @@
+package mongo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// writeTimeout bounds a write that goes on after its caller's ctx ended.
+const writeTimeout = 30 * time.Second
+
+// filterDoc is the query that selects f's messages.
+func filterDoc(f outbox.MessageFilter) bson.D {
+	var d bson.D
+	if len(f.Tenants) > 0 {
+		d = append(d, bson.E{Key: "tenant", Value: bson.D{{Key: "$in", Value: f.Tenants}}})
+	}
+	if f.Status != "" {
+		d = append(d, bson.E{Key: "status", Value: string(f.Status)})
+	}
+	if f.Topic != "" {
+		d = append(d, bson.E{Key: "topic", Value: f.Topic})
+	}
+	if f.Group != "" {
+		d = append(d, bson.E{Key: "grp", Value: f.Group})
+	}
+	if f.ErrorCode != "" {
+		d = append(d, bson.E{Key: "last_error.code", Value: f.ErrorCode})
+	}
+	var created bson.D
+	if !f.CreatedAfter.IsZero() {
+		created = append(created, bson.E{Key: "$gte", Value: f.CreatedAfter.UTC()})
+	}
+	if !f.CreatedBefore.IsZero() {
+		created = append(created, bson.E{Key: "$lt", Value: f.CreatedBefore.UTC()})
+	}
+	if len(created) > 0 {
+		d = append(d, bson.E{Key: "created_at", Value: created})
+	}
+	return d
+}
+
+// MessageSearch implements outbox.Admin: messages of every tenant matching
+// p.Filter, in Seq order, a page at a time.
+func (s *Store) MessageSearch(ctx context.Context, p outbox.MessageSearchParams) (outbox.MessagePage, error) {
+	if err := outbox.ValidateSearch(&p); err != nil {
+		return outbox.MessagePage{}, err
+	}
+	f := append(filterDoc(p.Filter), bson.E{Key: "seq", Value: bson.D{{Key: "$gt", Value: p.AfterSeq}}})
+	var docs []msgDoc
+	if err := s.findAll(ctx, f, &docs, options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}).SetLimit(int64(p.Limit)+1)); err != nil {
+		return outbox.MessagePage{}, fmt.Errorf("mongo: search: %w", err)
+	}
+	var page outbox.MessagePage
+	if len(docs) > p.Limit {
+		docs = docs[:p.Limit]
+		page.NextAfterSeq = docs[p.Limit-1].Seq
+	}
+	page.Messages = make([]outbox.Message, len(docs))
+	for i := range docs {
+		page.Messages[i] = docs[i].message()
+	}
+	return page, nil
+}
+
+// MessageRequeueMany implements outbox.Admin: up to p.Limit FAILED messages
+// matching p.Filter after p.AfterSeq go back to PENDING (due p.Now,
+// attempts reset, history kept).
+//
+// A call is not one transaction on MongoDB: it reads the chunk's IDs, then
+// moves them with one updateMany fenced by status FAILED, and each message
+// moves atomically. A call interrupted part way leaves some of its chunk
+// requeued; repeating it with the same AfterSeq requeues the rest (the
+// requeued ones are no longer FAILED and are skipped). Requeued counts the
+// messages the update moved: one requeued meanwhile by someone else is
+// matched but not counted.
+func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueManyParams) (outbox.RequeueManyResult, error) {
+	if p.Now.IsZero() {
+		p.Now = s.now(s.clock.Now())
+	}
+	if err := outbox.ValidateRequeueMany(&p); err != nil {
+		return outbox.RequeueManyResult{}, err
+	}
+	now := s.now(p.Now)
+	f := append(filterDoc(p.Filter), bson.E{Key: "seq", Value: bson.D{{Key: "$gt", Value: p.AfterSeq}}})
+	var docs []struct {
+		ID  string `bson:"_id"`
+		Seq int64  `bson:"seq"`
+	}
+	if err := s.findAll(ctx, f, &docs, options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}).
+		SetLimit(int64(p.Limit)+1).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "seq", Value: 1}})); err != nil {
+		return outbox.RequeueManyResult{}, fmt.Errorf("mongo: requeue many: %w", err)
+	}
+	var res outbox.RequeueManyResult
+	if len(docs) > p.Limit {
+		docs = docs[:p.Limit]
+		res.NextAfterSeq = docs[p.Limit-1].Seq
+	}
+	res.Matched = len(docs)
+	ids := make(bson.A, len(docs))
+	for i, d := range docs {
+		res.IDs = append(res.IDs, d.ID)
+		ids[i] = d.ID
+	}
+	if p.DryRun || len(docs) == 0 {
+		return res, nil
+	}
+	// From here on the chunk is being changed: finish it even if ctx ends,
+	// so that the result says what happened.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	r, err := s.msgs.UpdateMany(wctx,
+		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "status", Value: string(outbox.StatusFailed)}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusPending)}, {Key: "fin", Value: false},
+			{Key: "attempts", Value: 0}, {Key: "next_at", Value: now}, {Key: "updated_at", Value: now}}}, unsetLease})
+	if err != nil {
+		return outbox.RequeueManyResult{}, fmt.Errorf("mongo: requeue many: %w", err)
+	}
+	res.Requeued = int(r.ModifiedCount)
+	if res.Requeued > 0 {
+		s.Notify()
+	}
+	return res, nil
+}
+
+// TopicStats implements outbox.Admin. The counts are one aggregation that
+// reads every message of the selected tenants (an operator's query, not one
+// for a hot path); the oldest PENDING message of each topic that has one is
+// then one index lookup (status_topic_created). Aggregation's $min would do
+// it in the same pass, but FerretDB does not implement it.
+func (s *Store) TopicStats(ctx context.Context, p outbox.TopicStatsParams) ([]outbox.TopicStat, error) {
+	tf := outbox.MessageFilter{Tenants: p.Tenants}
+	if err := tf.Validate(); err != nil {
+		return nil, err
+	}
+	match := filterDoc(tf)
+	var pipe mongo.Pipeline
+	if len(match) > 0 {
+		pipe = append(pipe, bson.D{{Key: "$match", Value: match}})
+	}
+	pipe = append(pipe, bson.D{{Key: "$group", Value: bson.D{
+		{Key: "_id", Value: bson.D{{Key: "topic", Value: "$topic"}, {Key: "status", Value: "$status"}}},
+		{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
+	}}})
+	cur, err := s.msgs.Aggregate(ctx, pipe)
+	if err != nil {
+		return nil, fmt.Errorf("mongo: topic stats: %w", err)
+	}
+	var rows []struct {
+		ID struct {
+			Topic  string `bson:"topic"`
+			Status string `bson:"status"`
+		} `bson:"_id"`
+		N int64 `bson:"n"`
+	}
+	if err := cur.All(ctx, &rows); err != nil {
+		return nil, fmt.Errorf("mongo: topic stats: %w", err)
+	}
+	byTopic := map[string]*outbox.TopicStat{}
+	var out []outbox.TopicStat
+	for _, r := range rows {
+		st := byTopic[r.ID.Topic]
+		if st == nil {
+			st = &outbox.TopicStat{Topic: r.ID.Topic, Counts: make(map[outbox.Status]int64, len(outbox.Statuses()))}
+			for _, x := range outbox.Statuses() {
+				st.Counts[x] = 0
+			}
+			byTopic[r.ID.Topic] = st
+		}
+		st.Counts[outbox.Status(r.ID.Status)] += r.N
+	}
+	for _, st := range byTopic {
+		if st.Counts[outbox.StatusPending] > 0 {
+			var d struct {
+				CreatedAt bson.DateTime `bson:"created_at"`
+			}
+			f := append(bson.D{{Key: "status", Value: string(outbox.StatusPending)}, {Key: "topic", Value: st.Topic}}, match...)
+			err := s.msgs.FindOne(ctx, f, options.FindOne().SetSort(bson.D{{Key: "created_at", Value: 1}}).
+				SetProjection(bson.D{{Key: "created_at", Value: 1}})).Decode(&d)
+			switch {
+			case errors.Is(err, mongo.ErrNoDocuments): // sent meanwhile
+			case err != nil:
+				return nil, fmt.Errorf("mongo: topic stats: oldest pending of %q: %w", st.Topic, err)
+			default:
+				st.OldestPendingAt = d.CreatedAt.Time().UTC()
+			}
+		}
+		out = append(out, *st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
+	return out, nil
+}
