@@ -11,7 +11,10 @@ import (
 	"strings"
 )
 
-// Migration is one schema version: its up and down SQL.
+// Migration is one schema version: its up and down script in the store's
+// own language, SQL for the SQL stores and mongosh commands for
+// store/mongo (which builds its migrations in code rather than loading
+// them with Load).
 type Migration struct {
 	Version  int
 	Name     string

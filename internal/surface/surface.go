@@ -29,9 +29,10 @@ type Store[TTx any] interface {
 	Migrate(ctx context.Context) error
 	// MigrateTo moves the schema up or down to a version (0: nothing).
 	MigrateTo(ctx context.Context, version int) error
-	// MigrateDown removes the store's tables (MigrateTo 0).
+	// MigrateDown removes the store's tables or collections (MigrateTo 0).
 	MigrateDown(ctx context.Context) error
-	// Migrations returns the embedded migrations rendered for the store.
+	// Migrations returns the migrations rendered for the store: SQL, or
+	// mongosh commands for MongoDB.
 	Migrations() []migrations.Migration
 	// SchemaVersion returns the newest applied migration, 0 when none.
 	SchemaVersion(ctx context.Context) (int, error)

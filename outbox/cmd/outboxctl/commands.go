@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -31,6 +32,7 @@ func cmdMigrate(ctx context.Context, args []string, out io.Writer) error {
 	default:
 		return usagef("unknown migrate action %q (up, down, status, sql)", action)
 	}
+	c.offline = action == "sql"
 	t, err := c.open(ctx)
 	if err != nil {
 		return err
@@ -72,14 +74,20 @@ func cmdMigrate(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-// printSQL prints the rendered migrations, ready for psql, mysql, sqlite3
-// or a migration tool.
+// printSQL prints the rendered migrations, ready for psql, mysql, sqlite3,
+// mongosh or a migration tool.
 func printSQL(out io.Writer, t *target, down bool) error {
-	fmt.Fprintf(out, "-- outboxkit %s schema: %d migrations", t.kind, len(t.migrations))
+	comment, ext := cmp.Or(t.comment, "--"), cmp.Or(t.ext, "sql")
+	fmt.Fprintf(out, "%s outboxkit %s schema: %d migrations", comment, t.kind, len(t.migrations))
 	if down {
 		fmt.Fprint(out, " (down, newest first)")
 	}
-	fmt.Fprint(out, ".\n-- outboxctl migrate sql prints what Migrate applies, without its version table.\n\n")
+	fmt.Fprintf(out, ".\n%s outboxctl migrate sql prints what Migrate applies, without its version table.\n", comment)
+	if t.kind == "mongo" {
+		fmt.Fprint(out, "// MongoDB: mongosh commands for the database of the URL; run them with\n"+
+			"// mongosh \"mongodb://host:27017/DB\" FILE.js (Migrate records versions in <prefix>migrations).\n")
+	}
+	fmt.Fprintln(out)
 	if !down && t.preamble != "" {
 		fmt.Fprint(out, t.preamble, "\n")
 	}
@@ -90,7 +98,7 @@ func printSQL(out io.Writer, t *target, down bool) error {
 			m = t.migrations[len(t.migrations)-1-i]
 			text, dir = m.Down, "down"
 		}
-		fmt.Fprintf(out, "-- %03d_%s.%s.sql\n%s", m.Version, m.Name, dir, strings.TrimRight(text, "\n")+"\n\n")
+		fmt.Fprintf(out, "%s %03d_%s.%s.%s\n%s", comment, m.Version, m.Name, dir, ext, strings.TrimRight(text, "\n")+"\n\n")
 	}
 	return nil
 }
@@ -295,7 +303,7 @@ func cmdRequeue(ctx context.Context, args []string, out io.Writer) error {
 	id := fs.String("id", "", "requeue this one message (with --tenant)")
 	all := fs.Bool("all", false, "requeue every dead letter (required when no filter is given)")
 	dry := fs.Bool("dry-run", false, "count what would be requeued, change nothing")
-	chunk := fs.Int("chunk", 500, "messages per transaction (at most 1000)")
+	chunk := fs.Int("chunk", 500, "messages per call: one transaction on SQL stores (at most 1000)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

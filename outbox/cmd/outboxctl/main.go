@@ -1,6 +1,6 @@
 // Command outboxctl operates an outboxkit store from the command line:
 // schema migrations (and their SQL, for teams that run goose, atlas or
-// flyway), stats with a live view of a draining backlog, listing, bulk
+// flyway; for MongoDB, mongosh commands), stats with a live view of a draining backlog, listing, bulk
 // requeue of dead letters and pruning.
 //
 //	go install github.com/outboxkit/outboxkit/outbox/cmd/outboxctl@latest
@@ -18,8 +18,16 @@
 // several), --error-code, --created-after, --created-before (RFC 3339).
 //
 // URL: postgres://… or postgresql://… (pgx), mysql://user:pass@host:3306/db
-// (MySQL or MariaDB), sqlite:///path/to/file.db or sqlite:relative.db. The
-// URL may also come from OUTBOXCTL_URL. Credentials are never printed.
+// (MySQL or MariaDB), sqlite:///path/to/file.db or sqlite:relative.db,
+// mongodb://user:pass@host:27017/db or mongodb+srv://… (MongoDB or a
+// compatible server; the path names the database, --prefix the collection
+// prefix). The URL may also come from OUTBOXCTL_URL. Credentials are never
+// printed.
+//
+// For MongoDB, "migrate sql" prints mongosh commands (db.runCommand with
+// createIndexes, and collection drops for --down), to run with
+// mongosh "mongodb://host:27017/db" file.js; the other commands work as
+// for SQL stores.
 //
 // Exit status: 0 on success, 1 when an operation failed, 2 on bad usage
 // (an unknown flag, a bad filter, a bulk requeue without a filter or
@@ -50,12 +58,16 @@ const usage = `usage: outboxctl COMMAND --url URL [flags]
 
 commands:
   migrate up|down|status|sql   apply, remove, show or print the schema migrations
+                               (sql: SQL, or mongosh commands for mongodb:// URLs)
   stats                        counts by status and oldest pending age per topic (--watch: live)
   list                         messages of every tenant matching a filter
   requeue                      dead letters back to PENDING (by filter in chunks, or --id)
   prune                        delete finished messages older than --older-than
   pause, resume                stop or restart the claiming of a --topic (or one --group of it);
                                pause without --topic lists the pauses
+
+URL: postgres://…, mysql://user@host:3306/db, sqlite:///path/file.db,
+mongodb://host:27017/db (or $OUTBOXCTL_URL).
 
 Run "outboxctl COMMAND -h" for a command's flags.
 `

@@ -9,12 +9,18 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
+	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
+	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/connstring"
 
 	"github.com/outboxkit/outboxkit/outbox"
+	"github.com/outboxkit/outboxkit/store/mongo"
 	"github.com/outboxkit/outboxkit/store/mysql"
 	"github.com/outboxkit/outboxkit/store/postgres"
 	"github.com/outboxkit/outboxkit/store/sqlite"
@@ -28,11 +34,14 @@ var (
 // conn holds the connection flags every command takes.
 type conn struct {
 	url, prefix, schema string
+	// offline: the command only renders (migrate sql); a MongoDB server
+	// is not contacted.
+	offline bool
 }
 
 func (c *conn) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.url, "url", os.Getenv("OUTBOXCTL_URL"), "store URL: postgres://…, mysql://…, sqlite:///path (default $OUTBOXCTL_URL)")
-	fs.StringVar(&c.prefix, "prefix", "", "table prefix (default the store's, outbox_)")
+	fs.StringVar(&c.url, "url", os.Getenv("OUTBOXCTL_URL"), "store URL: postgres://…, mysql://…, sqlite:///path, mongodb://host/db (default $OUTBOXCTL_URL)")
+	fs.StringVar(&c.prefix, "prefix", "", "table (MongoDB: collection) prefix (default the store's, outbox_)")
 	fs.StringVar(&c.schema, "schema", "", "PostgreSQL schema (default public)")
 }
 
@@ -52,7 +61,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// migrator is what every SQL store offers for its schema.
+// migrator is what every store offers for its schema.
 type migrator interface {
 	Migrate(ctx context.Context) error
 	MigrateTo(ctx context.Context, target int) error
@@ -68,14 +77,17 @@ type migration struct {
 
 // target is an opened store.
 type target struct {
-	kind       string // postgres, mysql, sqlite
+	kind       string // postgres, mysql, sqlite, mongo
 	store      outbox.Store
 	migrator   migrator
 	migrations []migration
 	// preamble is SQL that `migrate sql` prints first (PostgreSQL's
 	// CREATE SCHEMA, which Migrate runs itself).
 	preamble string
-	close    func()
+	// script names the migrations' language for `migrate sql`: its line
+	// comment and file extension ("--", "sql"; "//", "js" for mongosh).
+	comment, ext string
+	close        func()
 }
 
 // admin returns the store's outbox.Admin.
@@ -87,10 +99,16 @@ func (t *target) admin() (outbox.Admin, error) {
 	return a, nil
 }
 
-// redact removes the password of a URL for messages.
+var userinfoRE = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*://[^:@/]*):([^@]*)@`)
+
+// redact removes the password of a URL for messages, also of one that
+// net/url cannot parse (a MongoDB URL with several hosts).
 func redact(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
+	if err != nil {
+		return userinfoRE.ReplaceAllString(raw, "${1}:xxxxx@")
+	}
+	if u.User == nil {
 		return raw
 	}
 	if _, ok := u.User.Password(); ok {
@@ -106,7 +124,7 @@ func (c *conn) open(ctx context.Context) (*target, error) {
 	}
 	scheme, rest, ok := strings.Cut(c.url, ":")
 	if !ok {
-		return nil, usagef("--url %q has no scheme (postgres://, mysql://, sqlite:)", redact(c.url))
+		return nil, usagef("--url %q has no scheme (postgres://, mysql://, sqlite:, mongodb://)", redact(c.url))
 	}
 	switch strings.ToLower(scheme) {
 	case "postgres", "postgresql":
@@ -158,8 +176,58 @@ func (c *conn) open(ctx context.Context) (*target, error) {
 			t.migrations = append(t.migrations, migration{m.Version, m.Name, m.Up, m.Down})
 		}
 		return t, nil
+	case "mongodb", "mongodb+srv":
+		return c.openMongo(ctx)
 	}
-	return nil, usagef("--url scheme %q is not supported (postgres, mysql, sqlite)", scheme)
+	return nil, usagef("--url scheme %q is not supported (postgres, mysql, sqlite, mongodb)", scheme)
+}
+
+// openMongo connects to the MongoDB (or compatible) server of c.url and
+// opens the store in the database the URL's path names.
+func (c *conn) openMongo(ctx context.Context) (*target, error) {
+	cs, err := connstring.Parse(c.url)
+	if err != nil {
+		return nil, usagef("--url %q: %v", redact(c.url), redactErr(err, c.url))
+	}
+	if cs.Database == "" {
+		return nil, usagef("--url %q names no database (mongodb://host:27017/db)", redact(c.url))
+	}
+	if c.schema != "" {
+		return nil, usagef("--schema is for PostgreSQL; a MongoDB URL names its database in its path")
+	}
+	client, err := mongodrv.Connect(options.Client().ApplyURI(c.url).SetTimeout(time.Minute))
+	if err != nil {
+		return nil, fmt.Errorf("mongodb: %s: %v", redact(c.url), redactErr(err, c.url))
+	}
+	closeClient := func() { _ = client.Disconnect(context.WithoutCancel(ctx)) }
+	if !c.offline {
+		pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		if err := client.Ping(pctx, nil); err != nil {
+			closeClient()
+			return nil, fmt.Errorf("mongodb: %s: %v", redact(c.url), redactErr(err, c.url))
+		}
+	}
+	st, err := mongo.New(client.Database(cs.Database), mongo.Options{CollectionPrefix: c.prefix})
+	if err != nil {
+		closeClient()
+		return nil, err
+	}
+	t := &target{kind: "mongo", store: st, migrator: st, comment: "//", ext: "js",
+		close: func() { _ = st.Close(); closeClient() }}
+	for _, m := range st.Migrations() {
+		t.migrations = append(t.migrations, migration{m.Version, m.Name, m.Up, m.Down})
+	}
+	return t, nil
+}
+
+// redactErr returns err's text with the password of rawURL, if any, masked.
+func redactErr(err error, rawURL string) string {
+	msg := err.Error()
+	if m := userinfoRE.FindStringSubmatch(rawURL); m != nil && m[2] != "" {
+		msg = strings.ReplaceAll(msg, m[2], "xxxxx")
+	}
+	return msg
 }
 
 // mysqlDSN turns mysql://user:pass@host:port/db?params into a
