@@ -24,12 +24,25 @@
 //
 // # Collections
 //
-// Options.CollectionPrefix (default "outbox_") names five collections:
+// Options.CollectionPrefix (default "outbox_") names seven collections:
 // messages, attempts (the attempt history), locks (short-lived claim and
-// enqueue locks), counters (the sequence) and inbox. Migrate creates their
-// indexes: a unique one on (tenant, key) makes enqueue idempotent, a unique
-// one on seq orders groups and pages listings, others serve the claim,
-// recovery, receipts (tenant, provider ID), listings and pruning.
+// enqueue locks), counters (the sequence), inbox, pauses (outbox.Admin's
+// paused topics and groups) and migrations (the applied schema versions).
+// Migrate creates their indexes: a unique one on (tenant, key) makes
+// enqueue idempotent, a unique one on seq orders groups and pages listings,
+// others serve the claim, recovery, receipts (tenant, provider ID),
+// listings, pruning and the operators' topic stats. The schema is
+// versioned like the SQL stores' (MigrateTo, SchemaVersion), and
+// Migrations renders each version as mongosh commands for teams that apply
+// their schema themselves.
+//
+// # Operators
+//
+// The Store implements outbox.Admin: MessageSearch across tenants,
+// MessageRequeueMany (one fenced updateMany per chunk: each message moves
+// atomically, not the chunk), pauses that every claim reads first, and
+// TopicStats (one $group aggregation and one index lookup per topic).
+// outboxctl takes mongodb:// URLs.
 //
 // # Claims: correct by construction
 //
@@ -54,7 +67,7 @@
 // The conformance suite (outbox/outboxtest/storetest) runs in CI against
 // FerretDB v1.24.2 (MongoDB wire protocol over PostgreSQL), including the
 // concurrent-claim and multi-processor FIFO cases, which exercise the
-// unique-index locks. FerretDB can deadlock its own PostgreSQL pool when
+// unique-index locks, and the Admin cases. FerretDB can deadlock its own PostgreSQL pool when
 // many writes of large commands arrive at once, so bulk writes are sent in
 // chunks of a few documents. FerretDB has no multi-document transactions and no
 // change streams, so there the cases that need caller transactions skip,
