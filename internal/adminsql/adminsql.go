@@ -82,6 +82,7 @@ func Where(conds []string) string {
 
 // AddStat adds the count of one (topic, status) to stats, whose rows
 // arrive ordered by topic; oldest is the status's oldest CreatedAt.
+// store/mongo assembles its topic stats with it too.
 func AddStat(stats []outbox.TopicStat, topic string, st outbox.Status, n int64, oldest time.Time) []outbox.TopicStat {
 	if len(stats) == 0 || stats[len(stats)-1].Topic != topic {
 		c := make(map[outbox.Status]int64, len(outbox.Statuses()))

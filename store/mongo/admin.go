@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/outboxkit/outboxkit/internal/adminsql"
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -164,20 +165,13 @@ func (s *Store) TopicStats(ctx context.Context, p outbox.TopicStatsParams) ([]ou
 	if err := cur.All(ctx, &rows); err != nil {
 		return nil, fmt.Errorf("mongo: topic stats: %w", err)
 	}
-	byTopic := map[string]*outbox.TopicStat{}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].ID.Topic < rows[j].ID.Topic })
 	var out []outbox.TopicStat
 	for _, r := range rows {
-		st := byTopic[r.ID.Topic]
-		if st == nil {
-			st = &outbox.TopicStat{Topic: r.ID.Topic, Counts: make(map[outbox.Status]int64, len(outbox.Statuses()))}
-			for _, x := range outbox.Statuses() {
-				st.Counts[x] = 0
-			}
-			byTopic[r.ID.Topic] = st
-		}
-		st.Counts[outbox.Status(r.ID.Status)] += r.N
+		out = adminsql.AddStat(out, r.ID.Topic, outbox.Status(r.ID.Status), r.N, time.Time{})
 	}
-	for _, st := range byTopic {
+	for i := range out {
+		st := &out[i]
 		if st.Counts[outbox.StatusPending] > 0 {
 			var d struct {
 				CreatedAt bson.DateTime `bson:"created_at"`
@@ -193,8 +187,6 @@ func (s *Store) TopicStats(ctx context.Context, p outbox.TopicStatsParams) ([]ou
 				st.OldestPendingAt = d.CreatedAt.Time().UTC()
 			}
 		}
-		out = append(out, *st)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
 	return out, nil
 }

@@ -66,16 +66,8 @@ func (s *Store) list(ctx context.Context, p outbox.MessageListParams) (outbox.Me
 		limit = 100
 	}
 	limit = min(limit, 1000)
-	f := bson.D{{Key: "tenant", Value: p.Tenant}, {Key: "seq", Value: bson.D{{Key: "$gt", Value: p.AfterSeq}}}}
-	if p.Status != "" {
-		f = append(f, bson.E{Key: "status", Value: string(p.Status)})
-	}
-	if p.Topic != "" {
-		f = append(f, bson.E{Key: "topic", Value: p.Topic})
-	}
-	if p.Group != "" {
-		f = append(f, bson.E{Key: "grp", Value: p.Group})
-	}
+	f := append(bson.D{{Key: "tenant", Value: p.Tenant}, {Key: "seq", Value: bson.D{{Key: "$gt", Value: p.AfterSeq}}}},
+		filterDoc(outbox.MessageFilter{Status: p.Status, Topic: p.Topic, Group: p.Group})...)
 	var docs []msgDoc
 	if err := s.findAll(ctx, f, &docs, options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}).SetLimit(int64(limit)+1)); err != nil {
 		return outbox.MessagePage{}, fmt.Errorf("mongo: list: %w", err)

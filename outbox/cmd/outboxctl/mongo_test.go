@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -81,7 +79,7 @@ func mongosh(t *testing.T, db testbackend.MongoDatabase, script string) {
 func mongoSchema(t *testing.T, db testbackend.MongoDatabase) []string {
 	t.Helper()
 	ctx := context.Background()
-	names, err := db.DB.ListCollectionNames(ctx, bson.D{})
+	names, err := db.DB.ListCollectionNames(context.Background(), bson.D{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,56 +152,19 @@ func TestMongoSession(t *testing.T) {
 		t.Fatalf("migrate status: %s", out)
 	}
 
-	// Seed: 3 dead letters of orders (one of tenant B), 1 PENDING sms.
-	ctx := context.Background()
 	st, err := mongo.New(db.DB, mongo.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ob := outbox.New(st, outbox.Options{})
-	for i, tenant := range []string{"", "", "B"} {
-		if _, err := ob.Enqueue(ctx, outbox.Message{Tenant: tenant, Topic: "orders", Payload: json.RawMessage(fmt.Sprint(i))}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	claimed, err := st.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "o", Now: time.Now()})
-	if err != nil || len(claimed) != 3 {
-		t.Fatalf("claim: %d, %v", len(claimed), err)
-	}
-	fin := outbox.MessageFinishParams{Owner: "o", Now: time.Now()}
-	for _, m := range claimed {
-		fin.Dead = append(fin.Dead, outbox.DeadOutcome{ID: m.ID, Attempt: m.Attempts, Error: outbox.ErrorInfo{Code: "http_400", Message: "bad request"}, StartedAt: time.Now()})
-	}
-	if _, err := st.MessageFinish(ctx, fin); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ob.Enqueue(ctx, outbox.Message{Topic: "sms", Payload: json.RawMessage(`9`)}); err != nil {
-		t.Fatal(err)
-	}
+	operatorSession(t, url, st, outbox.New(st, outbox.Options{}).Enqueue)
 
-	out := mustCtl(t, "stats", "--url", url)
-	if !regexpLine(out, `orders\s+0\s+0\s+0\s+0\s+3\s+0\s+-`) || !regexpLine(out, `sms\s+1\s+0\s+0\s+0\s+0\s+0\s+\d+s`) {
-		t.Fatalf("stats:\n%s", out)
-	}
-	out = mustCtl(t, "stats", "--url", url, "--watch", "--interval", "10ms", "--times", "2")
-	if !strings.Contains(out, "open (PENDING+PROCESSING): 1, draining 0.0 msg/s") {
-		t.Fatalf("stats --watch:\n%s", out)
-	}
-	out = mustCtl(t, "list", "--url", url, "--status", "failed", "--tenant", "B")
-	if strings.Count(out, "http_400: bad request") != 1 || !strings.Contains(out, claimed[2].ID) {
-		t.Fatalf("list --status failed --tenant B:\n%s", out)
-	}
-
-	// Bad usage: exit 2, nothing changed.
+	// Bad usage particular to MongoDB: exit 2.
 	noDB := strings.Replace(url, "/"+db.DB.Name(), "/", 1)
 	for _, args := range [][]string{
-		{"requeue", "--url", url},                     // no filter, no --all
-		{"requeue", "--url", url, "--status", "SENT"}, // not dead letters
-		{"list", "--url", url, "--status", "LOST"},    // unknown status
-		{"stats", "--url", noDB},                      // no database
-		{"stats", "--url", url, "--schema", "x"},      // a PostgreSQL flag
-		{"migrate", "up", "--url", url, "--to", "9"},  // an unknown version
+		{"stats", "--url", noDB},                     // no database
+		{"stats", "--url", url, "--schema", "x"},     // a PostgreSQL flag
+		{"migrate", "up", "--url", url, "--to", "9"}, // an unknown version
 	} {
 		if code, _, errOut := ctl(t, args...); code != 2 || errOut == "" {
 			t.Errorf("outboxctl %v: exit %d (%q), want 2 with a message", args, code, errOut)
@@ -215,60 +176,10 @@ func TestMongoSession(t *testing.T) {
 		t.Errorf("stats on a dead server: exit %d, %q; want 1 and the password masked", code, errOut)
 	}
 
-	out = mustCtl(t, "requeue", "--url", url, "--topic", "orders", "--dry-run", "--chunk", "2")
-	if !strings.Contains(out, "would requeue 3 dead letters") || strings.Count(out, "chunk:") != 2 {
-		t.Fatalf("requeue --dry-run:\n%s", out)
-	}
-	c, _ := st.MessageCount(ctx, outbox.MessageCountParams{AllTenants: true})
-	if c[outbox.StatusFailed] != 3 {
-		t.Fatalf("the dry run changed the store: %v", c)
-	}
-	out = mustCtl(t, "requeue", "--url", url, "--topic", "orders", "--tenant", ",B", "--chunk", "2")
-	if !strings.Contains(out, "requeued 3 dead letters") {
-		t.Fatalf("requeue:\n%s", out)
-	}
-	c, _ = st.MessageCount(ctx, outbox.MessageCountParams{AllTenants: true})
-	if c[outbox.StatusFailed] != 0 || c[outbox.StatusPending] != 4 {
-		t.Fatalf("after requeue: %v, want 4 PENDING", c)
-	}
-
-	// Prune: finish everything, then prune what is older than 1ms.
-	claimed, _ = st.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "o2", Now: time.Now()})
-	fin = outbox.MessageFinishParams{Owner: "o2", Now: time.Now()}
-	for _, m := range claimed {
-		fin.Sent = append(fin.Sent, outbox.SentOutcome{ID: m.ID, Attempt: m.Attempts, StartedAt: time.Now()})
-	}
-	if _, err := st.MessageFinish(ctx, fin); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(5 * time.Millisecond)
-	if out := mustCtl(t, "prune", "--url", url, "--older-than", "1ms", "--chunk", "3"); !strings.Contains(out, "pruned 4 ") {
-		t.Fatalf("prune: %s", out)
-	}
-
-	// Pause and resume: the claim honours them.
-	mustCtl(t, "pause", "--url", url, "--topic", "orders", "--tenant", "B")
-	if out := mustCtl(t, "pause", "--url", url); !regexpLine(out, `orders\s+\(all\)\s+B\s+\S+`) {
-		t.Fatalf("pause (list):\n%s", out)
-	}
-	if _, err := ob.Enqueue(ctx, outbox.Message{Tenant: "B", Topic: "orders", Payload: json.RawMessage(`1`)}); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := st.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "o3", Now: time.Now()}); len(got) != 0 {
-		t.Fatalf("claimed %d messages of a paused topic", len(got))
-	}
-	mustCtl(t, "resume", "--url", url, "--topic", "orders", "--tenant", "B")
-	if got, _ := st.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "o3", Now: time.Now()}); len(got) != 1 {
-		t.Fatalf("claimed %d messages after resume, want 1", len(got))
-	}
-	if code, _, _ := ctl(t, "resume", "--url", url, "--topic", "orders", "--tenant", "B"); code != 1 {
-		t.Errorf("resume of no pause: exit %d, want 1", code)
-	}
-
 	if out := mustCtl(t, "migrate", "down", "--url", url); !strings.Contains(out, "schema version 0") {
 		t.Fatalf("migrate down: %s", out)
 	}
-	names, err := db.DB.ListCollectionNames(ctx, bson.D{})
+	names, err := db.DB.ListCollectionNames(context.Background(), bson.D{})
 	if err != nil || len(names) != 0 {
 		t.Fatalf("collections after migrate down: %v, %v", names, err)
 	}
