@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -26,44 +27,79 @@ func (p MessageClaimParams) Validate() error {
 	return nil
 }
 
-// Validate checks the batch of outcomes: an Owner, and for every outcome an
-// ID, an Attempt of at least 1, and no ID with two outcomes in the call.
+// Validate checks the batch of outcomes: an Owner, every outcome valid
+// (see Outcome.Validate), and no message (Topic, ID) with two outcomes in
+// the call.
 func (p MessageFinishParams) Validate() error {
 	if p.Owner == "" {
 		return invalid("Owner", "is required")
 	}
-	seen := make(map[string]bool, len(p.Sent)+len(p.Retry)+len(p.Dead)+len(p.Released))
-	check := func(kind string, i int, id string, attempt int) error {
-		field := fmt.Sprintf("%s[%d]", kind, i)
-		switch {
-		case id == "":
-			return invalid(field+".ID", "is required")
-		case attempt < 1:
-			return invalid(field+".Attempt", "must be at least 1")
-		case seen[id]:
+	type key struct{ topic, id string }
+	seen := make(map[key]bool, len(p.Outcomes))
+	for i, o := range p.Outcomes {
+		field := fmt.Sprintf("Outcomes[%d]", i)
+		if err := o.Validate(); err != nil {
+			var ve *ValidationError
+			if errors.As(err, &ve) {
+				return invalid(field+"."+ve.Field, ve.Reason)
+			}
+			return err
+		}
+		k := key{o.Topic, o.ID}
+		if seen[k] {
 			return invalid(field+".ID", "has more than one outcome in this call")
 		}
-		seen[id] = true
-		return nil
+		seen[k] = true
 	}
-	for i, o := range p.Sent {
-		if err := check("Sent", i, o.ID, o.Attempt); err != nil {
-			return err
+	return nil
+}
+
+// Validate checks one outcome: a known Kind, an ID, an Attempt of at
+// least 1, an Error for a retry or a dead letter, and no field its kind
+// does not record (see Outcome).
+func (o Outcome) Validate() error {
+	switch {
+	case !o.Kind.Valid():
+		return invalid("Kind", fmt.Sprintf("%q is not an outcome kind", string(o.Kind)))
+	case o.ID == "":
+		return invalid("ID", "is required")
+	case o.Attempt < 1:
+		return invalid("Attempt", "must be at least 1")
+	}
+	switch o.Kind {
+	case OutcomeSent:
+		if o.Error != nil {
+			return invalid("Error", "must be nil for a sent outcome")
 		}
-	}
-	for i, o := range p.Retry {
-		if err := check("Retry", i, o.ID, o.Attempt); err != nil {
-			return err
+		if !o.NextAttemptAt.IsZero() {
+			return invalid("NextAttemptAt", "must be zero for a sent outcome")
 		}
-	}
-	for i, o := range p.Dead {
-		if err := check("Dead", i, o.ID, o.Attempt); err != nil {
-			return err
+	case OutcomeRetry:
+		if o.Error == nil {
+			return invalid("Error", "is required for a retry")
 		}
-	}
-	for i, o := range p.Released {
-		if err := check("Released", i, o.ID, o.Attempt); err != nil {
-			return err
+		if o.ProviderMessageID != "" {
+			return invalid("ProviderMessageID", "is recorded only for a sent outcome")
+		}
+	case OutcomeDead:
+		if o.Error == nil {
+			return invalid("Error", "is required for a dead letter")
+		}
+		if !o.NextAttemptAt.IsZero() {
+			return invalid("NextAttemptAt", "must be zero for a dead letter")
+		}
+		if o.ProviderMessageID != "" {
+			return invalid("ProviderMessageID", "is recorded only for a sent outcome")
+		}
+	case OutcomeReleased:
+		if o.Error != nil && o.NextAttemptAt.IsZero() {
+			return invalid("Error", "is recorded only for a deferral (a release with NextAttemptAt)")
+		}
+		if o.ProviderMessageID != "" {
+			return invalid("ProviderMessageID", "is recorded only for a sent outcome")
+		}
+		if o.ProviderResponse != nil {
+			return invalid("ProviderResponse", "is not recorded for a release (it makes no attempt)")
 		}
 	}
 	return nil

@@ -37,7 +37,8 @@ type Store interface {
 	MessageCount(ctx context.Context, p MessageCountParams) (map[Status]int64, error)
 	// MessageFinish records the outcomes of publish attempts in one call, one
 	// statement per kind where the database allows: sent, retry at a time,
-	// dead letter, released without an attempt. Each outcome is fenced by the
+	// dead letter, released without an attempt (see Outcome). Adapters call
+	// p.Validate before any write. Each outcome is fenced by the
 	// lease (status PROCESSING, ClaimedBy = Owner, Attempts = Attempt): an
 	// outcome whose lease was lost is skipped and its ID returned.
 	MessageFinish(ctx context.Context, p MessageFinishParams) (FinishResult, error)
@@ -143,62 +144,89 @@ type MessageEnqueueParams struct {
 	Prepared bool
 }
 
-// Outcome kinds for MessageFinish. Every outcome names its message by ID
-// and carries its Topic: stores whose ids are unique only per topic (e.g.
-// one table per topic) match outcomes by (Topic, ID); the others may ignore
-// Topic.
-type (
-	// SentOutcome: the publisher accepted the message.
-	SentOutcome struct {
-		Topic             string
-		ID                string
-		Attempt           int
-		ProviderMessageID string
-		ProviderResponse  json.RawMessage
-		StartedAt         time.Time
-	}
-	// RetryOutcome: a retryable failure; PENDING again at NextAttemptAt.
-	RetryOutcome struct {
-		Topic            string
-		ID               string
-		Attempt          int
-		NextAttemptAt    time.Time
-		Error            ErrorInfo
-		ProviderResponse json.RawMessage
-		StartedAt        time.Time
-	}
-	// DeadOutcome: a permanent failure or attempts exhausted; FAILED.
-	DeadOutcome struct {
-		Topic            string
-		ID               string
-		Attempt          int
-		Error            ErrorInfo
-		ProviderResponse json.RawMessage
-		StartedAt        time.Time
-	}
-	// ReleaseOutcome: claimed but not attempted (or deferred); PENDING
-	// again with the attempt not counted. NextAttemptAt, when set, is the
-	// new due time (a deferral: quota exhausted, throttled); zero keeps
-	// the message's due time.
-	ReleaseOutcome struct {
-		Topic         string
-		ID            string
-		Attempt       int
-		NextAttemptAt time.Time
-		// Error, when set with NextAttemptAt, is stored as LastError (why
-		// the message was deferred).
-		Error *ErrorInfo
-	}
+// OutcomeKind says what a publish attempt led to, and so what MessageFinish
+// does with the message.
+type OutcomeKind string
+
+// The kinds of Outcome.
+const (
+	// OutcomeSent: the publisher accepted the message; it becomes SENT.
+	OutcomeSent OutcomeKind = "sent"
+	// OutcomeRetry: a retryable failure; the message is PENDING again,
+	// due at NextAttemptAt.
+	OutcomeRetry OutcomeKind = "retry"
+	// OutcomeDead: a permanent failure or the last attempt failed; the
+	// message becomes FAILED (a dead letter).
+	OutcomeDead OutcomeKind = "dead"
+	// OutcomeReleased: the message was claimed but not attempted (or its
+	// attempt was deferred); it is PENDING again and the attempt is not
+	// counted.
+	OutcomeReleased OutcomeKind = "released"
 )
+
+// Valid reports whether k is one of the kinds above.
+func (k OutcomeKind) Valid() bool {
+	switch k {
+	case OutcomeSent, OutcomeRetry, OutcomeDead, OutcomeReleased:
+		return true
+	}
+	return false
+}
+
+// AttemptOutcome is the outcome recorded in the attempt history for k; ok
+// is false for a release, which records no attempt.
+func (k OutcomeKind) AttemptOutcome() (a AttemptOutcome, ok bool) {
+	switch k {
+	case OutcomeSent:
+		return AttemptSucceeded, true
+	case OutcomeRetry:
+		return AttemptRetry, true
+	case OutcomeDead:
+		return AttemptFailed, true
+	}
+	return "", false
+}
+
+// Outcome is the result of one claimed message, as the processor hands it
+// to MessageFinish. Which fields apply depends on Kind; Validate refuses a
+// field the kind does not record, so nothing is silently dropped:
+//
+//	Kind      NextAttemptAt          Error                    ProviderMessageID, ProviderResponse, StartedAt
+//	sent      -                      -                        recorded
+//	retry     due time (zero: Now)   required                 ProviderResponse, StartedAt recorded
+//	dead      -                      required                 ProviderResponse, StartedAt recorded
+//	released  deferral (zero: keep)  optional, with deferral  -
+//
+// Every outcome names its message by ID and carries its Topic: stores
+// whose ids are unique only per topic (e.g. one table per topic) match
+// outcomes by (Topic, ID); the others may ignore Topic.
+type Outcome struct {
+	Kind  OutcomeKind
+	Topic string
+	ID    string
+	// Attempt is the message's Attempts when it was claimed: it fences
+	// the outcome to that lease.
+	Attempt int
+	// NextAttemptAt is when a retried message is due again (zero: at
+	// once), or the new due time of a deferred release (zero: a plain
+	// release, which keeps the message's due time).
+	NextAttemptAt time.Time
+	// ProviderMessageID is the provider's ID of a sent message.
+	ProviderMessageID string
+	// ProviderResponse is recorded in the attempt history.
+	ProviderResponse json.RawMessage
+	// Error is why a retried or dead message failed, or why a release was
+	// deferred (stored as LastError).
+	Error *ErrorInfo
+	// StartedAt is when the attempt started (zero: the finish's Now).
+	StartedAt time.Time
+}
 
 // MessageFinishParams carries a batch of outcomes of one owner.
 type MessageFinishParams struct {
 	Owner    string
 	Now      time.Time
-	Sent     []SentOutcome
-	Retry    []RetryOutcome
-	Dead     []DeadOutcome
-	Released []ReleaseOutcome
+	Outcomes []Outcome
 }
 
 // FinishResult lists the outcomes that were not applied because the lease

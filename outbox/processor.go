@@ -417,35 +417,32 @@ func (p *Processor) releaseRest(g *groupWorker) {
 	}
 	fb := &finishBatch{}
 	for i := range rest {
-		fb.add(rest[i], outcomeRelease, Result{}, time.Time{}, time.Time{})
+		fb.add(rest[i], Outcome{Kind: OutcomeReleased}, nil)
 	}
 	p.recordCh <- fb
 }
 
-type outcomeKind int
-
-const (
-	outcomeSent outcomeKind = iota
-	outcomeRetry
-	outcomeDead
-	outcomeRelease
-	outcomeExpired // lease already expired: not published, nothing to record
-)
-
-type outcome struct {
-	msg     Message
-	kind    outcomeKind
-	res     Result
-	started time.Time
-	nextAt  time.Time
+// finished is one message's outcome on its way to MessageFinish, with what
+// the observers are told once it is recorded.
+type finished struct {
+	msg Message
+	out Outcome
+	err error // the publisher's error, for AttemptEvent.Err
 }
 
+// finishBatch is the outcomes of one published batch (or of one release).
 type finishBatch struct {
-	items []outcome
+	items []finished
+	// expired counts the messages not published because their lease had
+	// expired: nothing is recorded for them.
+	expired int
 }
 
-func (b *finishBatch) add(m Message, k outcomeKind, r Result, started, next time.Time) {
-	b.items = append(b.items, outcome{msg: m, kind: k, res: r, started: started, nextAt: next})
+// add queues the outcome o of m; it fills in the fields every outcome
+// takes from the message.
+func (b *finishBatch) add(m Message, o Outcome, err error) {
+	o.Topic, o.ID, o.Attempt = m.Topic, m.ID, m.Attempts
+	b.items = append(b.items, finished{msg: m, out: o, err: err})
 }
 
 // publish sends one batch of a group and queues its outcomes. It returns
@@ -459,7 +456,7 @@ func (p *Processor) publish(g *groupWorker, batch []Message) (blocked bool) {
 	live := batch[:0:0]
 	for i := range batch {
 		if !batch[i].ClaimedAt.IsZero() && now.Sub(batch[i].ClaimedAt) >= p.cfg.ProcessingTimeout {
-			fb.add(batch[i], outcomeExpired, Result{}, now, time.Time{})
+			fb.expired++
 			continue
 		}
 		live = append(live, batch[i])
@@ -469,7 +466,7 @@ func (p *Processor) publish(g *groupWorker, batch []Message) (blocked bool) {
 			p.cfg.Observer.OnAttemptStarted(p.pubCtx, AttemptEvent{Message: live[i], Attempt: live[i].Attempts, StartedAt: now})
 		}
 		results := p.callPublisher(live)
-		finished := p.cfg.Clock.Now()
+		doneAt := p.cfg.Clock.Now()
 		failed := false
 		var deferred *DeferError
 		for i := range live {
@@ -479,14 +476,14 @@ func (p *Processor) publish(g *groupWorker, batch []Message) (blocked bool) {
 			case r.Err == nil:
 				// Also after an earlier failure in an ordered group: the
 				// publisher sent it, so record the truth.
-				fb.add(m, outcomeSent, r, now, time.Time{})
+				fb.add(m, Outcome{Kind: OutcomeSent, ProviderMessageID: r.ProviderMessageID, ProviderResponse: r.ProviderResponse, StartedAt: now}, nil)
 			case errors.As(r.Err, &deferred) && deferred.Delay > 0:
-				fb.add(m, outcomeRelease, r, now, finished.Add(deferred.Delay))
+				fb.add(m, Outcome{Kind: OutcomeReleased, NextAttemptAt: doneAt.Add(deferred.Delay), Error: ErrorInfoOf(r.Err), StartedAt: now}, r.Err)
 				if g.ordered {
 					failed = true
 				}
 			case errors.Is(r.Err, ErrNotAttempted):
-				fb.add(m, outcomeRelease, r, now, time.Time{})
+				fb.add(m, Outcome{Kind: OutcomeReleased, StartedAt: now}, r.Err)
 				if g.ordered {
 					failed = true
 				}
@@ -495,15 +492,15 @@ func (p *Processor) publish(g *groupWorker, batch []Message) (blocked bool) {
 				if maxA == 0 {
 					maxA = p.cfg.MaxAttempts
 				}
-				next, retry := p.cfg.Backoff.Next(finished, m.Attempts, maxA, !IsRetryable(r.Err), RetryDelayOf(r.Err))
+				next, retry := p.cfg.Backoff.Next(doneAt, m.Attempts, maxA, !IsRetryable(r.Err), RetryDelayOf(r.Err))
+				o := Outcome{Kind: OutcomeDead, ProviderResponse: r.ProviderResponse, Error: ErrorInfoOf(r.Err), StartedAt: now}
 				if retry {
-					fb.add(m, outcomeRetry, r, now, next)
+					o.Kind, o.NextAttemptAt = OutcomeRetry, next
 					if g.ordered {
 						failed = true
 					}
-				} else {
-					fb.add(m, outcomeDead, r, now, time.Time{})
 				}
+				fb.add(m, o, r.Err)
 			}
 		}
 		blocked = failed
@@ -547,7 +544,7 @@ func (p *Processor) recordLoop() {
 	const maxMerge = 2000
 	for fb := range p.recordCh {
 		batches := []*finishBatch{fb}
-		n := len(fb.items)
+		n := len(fb.items) + fb.expired
 	merge:
 		for n < maxMerge {
 			select {
@@ -556,7 +553,7 @@ func (p *Processor) recordLoop() {
 					break merge
 				}
 				batches = append(batches, more)
-				n += len(more.items)
+				n += len(more.items) + more.expired
 			default:
 				break merge
 			}
@@ -569,31 +566,24 @@ func (p *Processor) record(batches []*finishBatch) {
 	params := MessageFinishParams{Owner: p.cfg.ID, Now: p.cfg.Clock.Now()}
 	count := 0
 	for _, b := range batches {
-		for _, o := range b.items {
-			m := o.msg
-			switch o.kind {
-			case outcomeSent:
+		count += b.expired
+		for _, f := range b.items {
+			switch f.out.Kind {
+			case OutcomeSent:
 				p.counters.sent.Add(1)
-				params.Sent = append(params.Sent, SentOutcome{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ProviderMessageID: o.res.ProviderMessageID, ProviderResponse: o.res.ProviderResponse, StartedAt: o.started})
-			case outcomeRetry:
+			case OutcomeRetry:
 				p.counters.retried.Add(1)
-				params.Retry = append(params.Retry, RetryOutcome{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, NextAttemptAt: o.nextAt, Error: *ErrorInfoOf(o.res.Err), ProviderResponse: o.res.ProviderResponse, StartedAt: o.started})
-			case outcomeDead:
+			case OutcomeDead:
 				p.counters.dead.Add(1)
-				params.Dead = append(params.Dead, DeadOutcome{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, Error: *ErrorInfoOf(o.res.Err), ProviderResponse: o.res.ProviderResponse, StartedAt: o.started})
-			case outcomeRelease:
+			case OutcomeReleased:
 				p.counters.released.Add(1)
-				rel := ReleaseOutcome{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, NextAttemptAt: o.nextAt}
-				if !o.nextAt.IsZero() {
-					rel.Error = ErrorInfoOf(o.res.Err)
-				}
-				params.Released = append(params.Released, rel)
 			}
+			params.Outcomes = append(params.Outcomes, f.out)
 			count++
 		}
 	}
 	var lost map[string]bool
-	if len(params.Sent)+len(params.Retry)+len(params.Dead)+len(params.Released) > 0 {
+	if len(params.Outcomes) > 0 {
 		res, err := p.finishWithRetry(params)
 		if err != nil {
 			p.setHealth(err)
@@ -609,32 +599,33 @@ func (p *Processor) record(batches []*finishBatch) {
 	}
 	ctx := context.WithoutCancel(p.pubCtx)
 	for _, b := range batches {
-		for _, o := range b.items {
-			if o.kind == outcomeRelease || o.kind == outcomeExpired || lost[o.msg.ID] {
+		for _, f := range b.items {
+			o := f.out
+			if o.Kind == OutcomeReleased || lost[o.ID] {
 				continue
 			}
-			ev := AttemptEvent{Message: o.msg, Attempt: o.msg.Attempts, Err: o.res.Err, StartedAt: o.started, Duration: params.Now.Sub(o.started)}
-			switch o.kind {
-			case outcomeSent:
+			ev := AttemptEvent{Message: f.msg, Attempt: o.Attempt, Err: f.err, StartedAt: o.StartedAt, Duration: params.Now.Sub(o.StartedAt)}
+			switch o.Kind {
+			case OutcomeSent:
 				ev.Outcome = AttemptSucceeded
 				ev.Message.Status = StatusSent
-				ev.Message.ProviderMessageID = o.res.ProviderMessageID
-			case outcomeRetry:
+				ev.Message.ProviderMessageID = o.ProviderMessageID
+			case OutcomeRetry:
 				ev.Outcome = AttemptRetry
-				ev.NextAttemptAt = o.nextAt
+				ev.NextAttemptAt = o.NextAttemptAt
 				ev.Message.Status = StatusPending
-				ev.Message.NextAttemptAt = o.nextAt
-				ev.Message.LastError = ErrorInfoOf(o.res.Err)
-			case outcomeDead:
+				ev.Message.NextAttemptAt = o.NextAttemptAt
+				ev.Message.LastError = o.Error
+			case OutcomeDead:
 				ev.Outcome = AttemptFailed
 				ev.Message.Status = StatusFailed
-				ev.Message.LastError = ErrorInfoOf(o.res.Err)
+				ev.Message.LastError = o.Error
 			}
 			p.cfg.Observer.OnAttemptFinished(ctx, ev)
-			switch o.kind {
-			case outcomeSent:
+			switch o.Kind {
+			case OutcomeSent:
 				p.cfg.Observer.OnSent(ctx, ev)
-			case outcomeDead:
+			case OutcomeDead:
 				p.cfg.Observer.OnFailed(ctx, ev)
 			}
 		}

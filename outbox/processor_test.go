@@ -294,7 +294,7 @@ func TestProcessorRecoversAbandonedLeases(t *testing.T) {
 	}
 	// The dead processor's late outcome is refused by the lease fence.
 	res, err := st.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: "dead", Now: time.Now(),
-		Dead: []outbox.DeadOutcome{{ID: ids[0], Attempt: 1, Error: outbox.ErrorInfo{Code: "late"}}}})
+		Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeDead, ID: ids[0], Attempt: 1, Error: &outbox.ErrorInfo{Code: "late"}}}})
 	if err != nil || len(res.LeaseLost) != 1 {
 		t.Fatalf("stale outcome: %+v %v", res, err)
 	}
@@ -447,9 +447,9 @@ func TestDeferredReleaseHoldsTheMessageUntilItsDueTime(t *testing.T) {
 	if err != nil || len(got) != 2 {
 		t.Fatalf("claim %d %v", len(got), err)
 	}
-	_, err = st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p1", Now: now, Released: []outbox.ReleaseOutcome{
-		{ID: ids[0], Attempt: 1, NextAttemptAt: now.Add(time.Hour), Error: &outbox.ErrorInfo{Code: "quota_exceeded", Message: "used up"}},
-		{ID: ids[1], Attempt: 1},
+	_, err = st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p1", Now: now, Outcomes: []outbox.Outcome{
+		{Kind: outbox.OutcomeReleased, ID: ids[0], Attempt: 1, NextAttemptAt: now.Add(time.Hour), Error: &outbox.ErrorInfo{Code: "quota_exceeded", Message: "used up"}},
+		{Kind: outbox.OutcomeReleased, ID: ids[1], Attempt: 1},
 	}})
 	if err != nil {
 		t.Fatal(err)

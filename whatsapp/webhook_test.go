@@ -129,21 +129,21 @@ func sentMessages(t *testing.T, st *sqlite.Store, tenant, prefix string, n int) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sent []outbox.SentOutcome
+	var sent []outbox.Outcome
 	var out []outbox.Message
 	for _, m := range claimed {
 		if m.Tenant != tenant {
 			continue
 		}
 		wamid := fmt.Sprintf("%s%d", prefix, len(out))
-		sent = append(sent, outbox.SentOutcome{ID: m.ID, Attempt: m.Attempts, ProviderMessageID: wamid, StartedAt: now})
+		sent = append(sent, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ProviderMessageID: wamid, StartedAt: now})
 		m.ProviderMessageID = wamid
 		out = append(out, m)
 	}
 	if len(out) != n {
 		t.Fatalf("claimed %d of %d", len(out), n)
 	}
-	if _, err := st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "test", Now: now, Sent: sent}); err != nil {
+	if _, err := st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "test", Now: now, Outcomes: sent}); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -600,7 +600,7 @@ func TestWebhookReceiptBeforeSentIsRedelivered(t *testing.T) {
 
 	// the processor records SENT with the wamid; Meta's redelivery applies
 	if _, err := b.store.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "proc", Now: time.Now(),
-		Sent: []outbox.SentOutcome{{ID: m.ID, Attempt: m.Attempts, ProviderMessageID: "wamid.EARLY", StartedAt: time.Now()}}}); err != nil {
+		Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ProviderMessageID: "wamid.EARLY", StartedAt: time.Now()}}}); err != nil {
 		t.Fatal(err)
 	}
 	if w := post(b.hook, body, Sign(body, testSecret)); w.Code != http.StatusOK {

@@ -170,9 +170,9 @@ type crashTarget struct{ id, desc string }
 func (s *crashingStore) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
 	var crashed *crashTarget
 	if t := s.target.Load(); t != nil {
-		for i, o := range p.Sent {
-			if o.ID == t.id && s.crashed.CompareAndSwap(false, true) {
-				p.Sent = append(p.Sent[:i:i], p.Sent[i+1:]...)
+		for i, o := range p.Outcomes {
+			if o.Kind == outbox.OutcomeSent && o.ID == t.id && s.crashed.CompareAndSwap(false, true) {
+				p.Outcomes = append(p.Outcomes[:i:i], p.Outcomes[i+1:]...)
 				s.tl.printf("  processor      CRASH              after publishing %s, before marking it sent: it stays PROCESSING until its lease expires", t.desc)
 				crashed = t
 				break

@@ -57,6 +57,9 @@ type perTable struct{ sent, retry, dead, released batch }
 // LeaseLost. Outcomes are matched to leases by (topic, id): an event and a
 // dispatch job may share an id.
 func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
+	if err := p.Validate(); err != nil {
+		return outbox.FinishResult{}, err
+	}
 	now := at(p.Now)
 	// delay turns a due time on the caller's clock into a delay from the
 	// database's NOW(), in microseconds, so skewed clocks do not matter.
@@ -78,53 +81,38 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		}
 		return work[t]
 	}
-	for _, o := range p.Sent {
+	for _, o := range p.Outcomes {
 		t, c, ok := take(o.Topic, o.ID, o.Attempt)
 		if !ok {
 			res.LeaseLost = append(res.LeaseLost, o.ID)
 			continue
 		}
-		b := &get(t).sent
-		b.ids, b.claimed = append(b.ids, o.ID), append(b.claimed, c)
-	}
-	for _, o := range p.Retry {
-		t, c, ok := take(o.Topic, o.ID, o.Attempt)
-		if !ok {
-			res.LeaseLost = append(res.LeaseLost, o.ID)
-			continue
+		w := get(t)
+		var b *batch
+		switch o.Kind {
+		case outbox.OutcomeSent:
+			b = &w.sent
+		case outbox.OutcomeRetry:
+			b = &w.retry
+			b.next = append(b.next, delay(o.NextAttemptAt))
+			b.retry = append(b.retry, o.Attempt)
+			b.msgs = append(b.msgs, errorText(*o.Error))
+		case outbox.OutcomeDead:
+			b = &w.dead
+			b.msgs = append(b.msgs, errorText(*o.Error))
+		case outbox.OutcomeReleased:
+			b = &w.released
+			// A deferral (quota, throttle) keeps the row PENDING until
+			// then; a plain release makes it due at once (processed_at
+			// NULL).
+			var next *int64
+			if !o.NextAttemptAt.IsZero() {
+				n := delay(o.NextAttemptAt)
+				next = &n
+			}
+			b.deferTo = append(b.deferTo, next)
 		}
-		b := &get(t).retry
 		b.ids, b.claimed = append(b.ids, o.ID), append(b.claimed, c)
-		b.next = append(b.next, delay(o.NextAttemptAt))
-		b.retry = append(b.retry, o.Attempt)
-		b.msgs = append(b.msgs, errorText(o.Error))
-	}
-	for _, o := range p.Dead {
-		t, c, ok := take(o.Topic, o.ID, o.Attempt)
-		if !ok {
-			res.LeaseLost = append(res.LeaseLost, o.ID)
-			continue
-		}
-		b := &get(t).dead
-		b.ids, b.claimed = append(b.ids, o.ID), append(b.claimed, c)
-		b.msgs = append(b.msgs, errorText(o.Error))
-	}
-	for _, o := range p.Released {
-		t, c, ok := take(o.Topic, o.ID, o.Attempt)
-		if !ok {
-			res.LeaseLost = append(res.LeaseLost, o.ID)
-			continue
-		}
-		b := &get(t).released
-		b.ids, b.claimed = append(b.ids, o.ID), append(b.claimed, c)
-		// A deferral (quota, throttle) keeps the row PENDING until then; a
-		// plain release makes it due at once (processed_at NULL).
-		var next *int64
-		if !o.NextAttemptAt.IsZero() {
-			n := delay(o.NextAttemptAt)
-			next = &n
-		}
-		b.deferTo = append(b.deferTo, next)
 	}
 	if len(work) == 0 {
 		return res, nil

@@ -172,11 +172,11 @@ func TestConcurrentClaimersKeepFIFO(t *testing.T) {
 				}
 				finished := total == groups*per
 				mu.Unlock()
-				var sent []outbox.SentOutcome
+				var sent []outbox.Outcome
 				for _, m := range msgs {
-					sent = append(sent, outbox.SentOutcome{ID: m.ID, Attempt: m.Attempts})
+					sent = append(sent, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts})
 				}
-				res, err := st.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: fmt.Sprint("w", w), Now: now, Sent: sent})
+				res, err := st.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: fmt.Sprint("w", w), Now: now, Outcomes: sent})
 				if err != nil || len(res.LeaseLost) > 0 {
 					t.Errorf("finish: %v, lost %v", err, res.LeaseLost)
 				}
@@ -222,10 +222,10 @@ func testFinishOutcomes(t *testing.T, setup func(testing.TB) *bundle) {
 	next := now.Add(5 * time.Minute)
 	res, err := b.store.MessageFinish(context.Background(), outbox.MessageFinishParams{
 		Owner: "p1", Now: now.Add(time.Second),
-		Sent:     []outbox.SentOutcome{{ID: sent, Attempt: 1}},
-		Retry:    []outbox.RetryOutcome{{ID: retry, Attempt: 1, NextAttemptAt: next, Error: outbox.ErrorInfo{Code: "http_503", Message: "POST /api/events/batch: HTTP 503"}}},
-		Dead:     []outbox.DeadOutcome{{ID: dead, Attempt: 1, Error: outbox.ErrorInfo{Code: "BAD_REQUEST", Message: "item BAD_REQUEST: no source"}}},
-		Released: []outbox.ReleaseOutcome{{ID: rel, Attempt: 1}, {ID: retryNext, Attempt: 1}},
+		Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: sent, Attempt: 1},
+			{Kind: outbox.OutcomeRetry, ID: retry, Attempt: 1, NextAttemptAt: next, Error: &outbox.ErrorInfo{Code: "http_503", Message: "POST /api/events/batch: HTTP 503"}},
+			{Kind: outbox.OutcomeDead, ID: dead, Attempt: 1, Error: &outbox.ErrorInfo{Code: "BAD_REQUEST", Message: "item BAD_REQUEST: no source"}},
+			{Kind: outbox.OutcomeReleased, ID: rel, Attempt: 1}, {Kind: outbox.OutcomeReleased, ID: retryNext, Attempt: 1}},
 	})
 	if err != nil || len(res.LeaseLost) != 0 {
 		t.Fatalf("finish: %v, lost %v", err, res.LeaseLost)
@@ -273,7 +273,7 @@ func testFinishIsFencedByTheLease(t *testing.T, setup func(testing.TB) *bundle) 
 	ctx := context.Background()
 	// Another Store (another processor) cannot record an outcome for it.
 	other := b.newStore(t)
-	res, err := other.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p2", Now: now, Sent: []outbox.SentOutcome{{ID: id, Attempt: 1}}})
+	res, err := other.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p2", Now: now, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: id, Attempt: 1}}})
 	if err != nil || !slices.Equal(res.LeaseLost, []string{id}) {
 		t.Fatalf("finish by another store: %v, lost %v", err, res.LeaseLost)
 	}
@@ -292,14 +292,14 @@ func testFinishIsFencedByTheLease(t *testing.T, setup func(testing.TB) *bundle) 
 		t.Fatalf("reclaimed %+v", reclaimed)
 	}
 	// The first processor's late outcome is refused.
-	res, err = b.store.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p1", Now: now, Sent: []outbox.SentOutcome{{ID: id, Attempt: 1}}})
+	res, err = b.store.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p1", Now: now, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: id, Attempt: 1}}})
 	if err != nil || !slices.Equal(res.LeaseLost, []string{id}) {
 		t.Fatalf("late finish: %v, lost %v", err, res.LeaseLost)
 	}
 	if r := b.row(t, "EVENT", id); r.Status != "PROCESSING" {
 		t.Fatalf("row %+v changed by a lost lease", r)
 	}
-	res, err = other.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p2", Now: now, Sent: []outbox.SentOutcome{{ID: id, Attempt: 1}}})
+	res, err = other.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p2", Now: now, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: id, Attempt: 1}}})
 	if err != nil || len(res.LeaseLost) != 0 || b.row(t, "EVENT", id).Status != "COMPLETED" {
 		t.Fatalf("finish by the lease holder: %v, lost %v", err, res.LeaseLost)
 	}
@@ -503,9 +503,9 @@ func TestDeferredReleaseWaitsAndCountsNoRetry(t *testing.T) {
 	}
 	due := now.Add(10 * time.Minute)
 	res, err := b.store.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: "p1", Now: now,
-		Released: []outbox.ReleaseOutcome{
-			{ID: head, Attempt: 1, NextAttemptAt: due, Error: &outbox.ErrorInfo{Code: "429", Message: "throttled"}},
-			{ID: next, Attempt: 1},
+		Outcomes: []outbox.Outcome{
+			{Kind: outbox.OutcomeReleased, ID: head, Attempt: 1, NextAttemptAt: due, Error: &outbox.ErrorInfo{Code: "429", Message: "throttled"}},
+			{Kind: outbox.OutcomeReleased, ID: next, Attempt: 1},
 		}})
 	if err != nil || len(res.LeaseLost) != 0 {
 		t.Fatalf("finish: %v, lost %v", err, res.LeaseLost)
@@ -543,12 +543,12 @@ func TestClaimProgressesThroughEqualCreatedAt(t *testing.T) {
 		if len(msgs) == 0 {
 			break
 		}
-		var sent []outbox.SentOutcome
+		var sent []outbox.Outcome
 		for _, m := range msgs {
 			order = append(order, m.ID)
-			sent = append(sent, outbox.SentOutcome{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts})
+			sent = append(sent, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts})
 		}
-		if res, err := st.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: "p1", Sent: sent}); err != nil || len(res.LeaseLost) > 0 {
+		if res, err := st.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: "p1", Outcomes: sent}); err != nil || len(res.LeaseLost) > 0 {
 			t.Fatalf("finish: %v, lost %v", err, res.LeaseLost)
 		}
 	}

@@ -220,6 +220,20 @@ func (a *AttemptRows) Add(id, tenant string, n int, outcome outbox.AttemptOutcom
 		a.d.NullTime(next), a.d.Time(start), a.d.Time(finish))
 }
 
+// AddOutcome appends the attempt o records (none for a release) for its
+// message of tenant; next is o's due time and start its StartedAt, both at
+// the store's precision.
+func (a *AttemptRows) AddOutcome(o outbox.Outcome, tenant string, next, start, finish time.Time) {
+	outcome, ok := o.Kind.AttemptOutcome()
+	if !ok {
+		return
+	}
+	if o.Kind != outbox.OutcomeRetry {
+		next = time.Time{}
+	}
+	a.Add(o.ID, tenant, o.Attempt, outcome, o.Error, o.ProviderResponse, next, start, finish)
+}
+
 // Exec inserts the collected rows into table, if any.
 func (a *AttemptRows) Exec(ctx context.Context, q Querier, table string) error {
 	if len(a.args) == 0 {

@@ -292,7 +292,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	if err := p.Validate(); err != nil {
 		return outbox.FinishResult{}, err
 	}
-	if len(p.Sent)+len(p.Retry)+len(p.Dead)+len(p.Released) == 0 {
+	if len(p.Outcomes) == 0 {
 		return outbox.FinishResult{}, nil
 	}
 	res, applied, err := s.cfg.Finish(ctx, p, s.now(p.Now))

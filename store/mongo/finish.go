@@ -116,44 +116,46 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		}
 		return t.UTC()
 	}
-	var outs []outcome
-	for _, o := range p.Sent {
-		set := bson.D{{Key: "status", Value: string(outbox.StatusSent)}, {Key: "fin", Value: true},
-			{Key: "sent_at", Value: now}, {Key: "updated_at", Value: now}}
-		if o.ProviderMessageID != "" {
-			set = append(set, bson.E{Key: "prov_id", Value: o.ProviderMessageID})
+	outs := make([]outcome, 0, len(p.Outcomes))
+	for _, o := range p.Outcomes {
+		out := outcome{filter: fence(o.ID, p.Owner, o.Attempt), id: o.ID}
+		var set bson.D
+		var next time.Time
+		switch o.Kind {
+		case outbox.OutcomeSent:
+			set = bson.D{{Key: "status", Value: string(outbox.StatusSent)}, {Key: "fin", Value: true},
+				{Key: "sent_at", Value: now}, {Key: "updated_at", Value: now}}
+			if o.ProviderMessageID != "" {
+				set = append(set, bson.E{Key: "prov_id", Value: o.ProviderMessageID})
+			}
+			out.update = bson.D{{Key: "$set", Value: set}, unsetLease}
+		case outbox.OutcomeRetry:
+			next = s.now(o.NextAttemptAt)
+			set = bson.D{{Key: "status", Value: string(outbox.StatusPending)},
+				{Key: "next_at", Value: next}, {Key: "last_error", Value: errOf(o.Error)}, {Key: "updated_at", Value: now}}
+			out.update = bson.D{{Key: "$set", Value: set}, unsetLease}
+		case outbox.OutcomeDead:
+			set = bson.D{{Key: "status", Value: string(outbox.StatusFailed)}, {Key: "fin", Value: true},
+				{Key: "last_error", Value: errOf(o.Error)}, {Key: "updated_at", Value: now}}
+			out.update = bson.D{{Key: "$set", Value: set}, unsetLease}
+		case outbox.OutcomeReleased:
+			set = bson.D{{Key: "status", Value: string(outbox.StatusPending)}, {Key: "updated_at", Value: now}}
+			if !o.NextAttemptAt.IsZero() {
+				set = append(set, bson.E{Key: "next_at", Value: s.now(o.NextAttemptAt)})
+				if o.Error != nil {
+					set = append(set, bson.E{Key: "last_error", Value: errOf(o.Error)})
+				}
+			}
+			out.update = bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "attempts", Value: -1}}}, unsetLease}
 		}
-		outs = append(outs, outcome{filter: fence(o.ID, p.Owner, o.Attempt), id: o.ID,
-			update:  bson.D{{Key: "$set", Value: set}, unsetLease},
-			attempt: &attemptDoc{MsgID: o.ID, N: o.Attempt, Outcome: string(outbox.AttemptSucceeded), Response: respText(o.ProviderResponse), StartedAt: started(o.StartedAt), FinishedAt: now}})
-	}
-	for _, o := range p.Retry {
-		next := s.now(o.NextAttemptAt)
-		e := o.Error
-		outs = append(outs, outcome{filter: fence(o.ID, p.Owner, o.Attempt), id: o.ID,
-			update: bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusPending)},
-				{Key: "next_at", Value: next}, {Key: "last_error", Value: errOf(&e)}, {Key: "updated_at", Value: now}}}, unsetLease},
-			attempt: &attemptDoc{MsgID: o.ID, N: o.Attempt, Outcome: string(outbox.AttemptRetry), Error: errOf(&e), Response: respText(o.ProviderResponse),
-				NextAt: tp(next), StartedAt: started(o.StartedAt), FinishedAt: now}})
-	}
-	for _, o := range p.Dead {
-		e := o.Error
-		outs = append(outs, outcome{filter: fence(o.ID, p.Owner, o.Attempt), id: o.ID,
-			update: bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusFailed)}, {Key: "fin", Value: true},
-				{Key: "last_error", Value: errOf(&e)}, {Key: "updated_at", Value: now}}}, unsetLease},
-			attempt: &attemptDoc{MsgID: o.ID, N: o.Attempt, Outcome: string(outbox.AttemptFailed), Error: errOf(&e), Response: respText(o.ProviderResponse),
-				StartedAt: started(o.StartedAt), FinishedAt: now}})
-	}
-	for _, o := range p.Released {
-		set := bson.D{{Key: "status", Value: string(outbox.StatusPending)}, {Key: "updated_at", Value: now}}
-		if !o.NextAttemptAt.IsZero() {
-			set = append(set, bson.E{Key: "next_at", Value: s.now(o.NextAttemptAt)})
-			if o.Error != nil {
-				set = append(set, bson.E{Key: "last_error", Value: errOf(o.Error)})
+		if kind, ok := o.Kind.AttemptOutcome(); ok {
+			out.attempt = &attemptDoc{MsgID: o.ID, N: o.Attempt, Outcome: string(kind), Error: errOf(o.Error),
+				Response: respText(o.ProviderResponse), StartedAt: started(o.StartedAt), FinishedAt: now}
+			if o.Kind == outbox.OutcomeRetry {
+				out.attempt.NextAt = tp(next)
 			}
 		}
-		outs = append(outs, outcome{filter: fence(o.ID, p.Owner, o.Attempt), id: o.ID,
-			update: bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "attempts", Value: -1}}}, unsetLease}})
+		outs = append(outs, out)
 	}
 	applied, err := s.applyOutcomes(ctx, outs)
 	if err != nil {

@@ -16,24 +16,11 @@ import (
 // CASE), and one INSERT of the attempt rows.
 func (s *Store) finish(ctx context.Context, p outbox.MessageFinishParams, now time.Time) (outbox.FinishResult, int, error) {
 	var res outbox.FinishResult
-	total := len(p.Sent) + len(p.Retry) + len(p.Dead) + len(p.Released)
-	want := make(map[string]int, total) // id -> attempt
-	order := make([]string, 0, total)
-	add := func(id string, attempt int) {
-		want[id] = attempt
-		order = append(order, id)
-	}
-	for _, o := range p.Sent {
-		add(o.ID, o.Attempt)
-	}
-	for _, o := range p.Retry {
-		add(o.ID, o.Attempt)
-	}
-	for _, o := range p.Dead {
-		add(o.ID, o.Attempt)
-	}
-	for _, o := range p.Released {
-		add(o.ID, o.Attempt)
+	want := make(map[string]int, len(p.Outcomes)) // id -> attempt
+	order := make([]string, 0, len(p.Outcomes))
+	for _, o := range p.Outcomes {
+		want[o.ID] = o.Attempt
+		order = append(order, o.ID)
 	}
 	nowS := ts(now)
 	started := func(t time.Time) time.Time {
@@ -92,66 +79,48 @@ func (s *Store) finish(ctx context.Context, p outbox.MessageFinishParams, now ti
 			return nil
 		}
 		att := sqlstore.NewAttemptRows(dialect)
-		// Sent.
-		var sent caseUpdate
-		for _, o := range p.Sent {
+		// One UPDATE per kind; the per-message values go through CASE.
+		var sent, retry, dead, rel caseUpdate
+		for _, o := range p.Outcomes {
 			tenant, ok := held[o.ID]
 			if !ok {
 				continue
 			}
-			sent.add(seqOf[o.ID], sqlstore.NullString(o.ProviderMessageID))
-			att.Add(o.ID, tenant, o.Attempt, outbox.AttemptSucceeded, nil, o.ProviderResponse, time.Time{}, started(o.StartedAt), now)
+			seq := seqOf[o.ID]
+			var next time.Time
+			switch o.Kind {
+			case outbox.OutcomeSent:
+				sent.add(seq, sqlstore.NullString(o.ProviderMessageID))
+			case outbox.OutcomeRetry:
+				next = s.env.Now(o.NextAttemptAt)
+				retry.add(seq, ts(next), o.Error.Code, o.Error.Message)
+			case outbox.OutcomeDead:
+				dead.add(seq, o.Error.Code, o.Error.Message)
+			case outbox.OutcomeReleased:
+				// The attempt is not counted; a deferral sets the due
+				// time and the reason.
+				var nextV, code, msg any
+				if !o.NextAttemptAt.IsZero() {
+					nextV = ts(s.env.Now(o.NextAttemptAt))
+					if o.Error != nil {
+						code, msg = o.Error.Code, o.Error.Message
+					}
+				}
+				rel.add(seq, nextV, code, msg)
+			}
+			att.AddOutcome(o, tenant, next, started(o.StartedAt), now)
 		}
 		if err := sent.exec(ctx, tx, m, `status = 'SENT', provider_message_id = {0}, sent_at = ?, updated_at = ?,
 			claimed_at = NULL, claimed_by = NULL`, nowS, nowS); err != nil {
 			return err
 		}
-		// Retry.
-		var retry caseUpdate
-		for _, o := range p.Retry {
-			tenant, ok := held[o.ID]
-			if !ok {
-				continue
-			}
-			next := s.env.Now(o.NextAttemptAt)
-			e := o.Error
-			retry.add(seqOf[o.ID], ts(next), e.Code, e.Message)
-			att.Add(o.ID, tenant, o.Attempt, outbox.AttemptRetry, &e, o.ProviderResponse, next, started(o.StartedAt), now)
-		}
 		if err := retry.exec(ctx, tx, m, `status = 'PENDING', next_attempt_at = {0}, last_error_code = {1},
 			last_error_message = {2}, updated_at = ?, claimed_at = NULL, claimed_by = NULL`, nowS); err != nil {
 			return err
 		}
-		// Dead.
-		var dead caseUpdate
-		for _, o := range p.Dead {
-			tenant, ok := held[o.ID]
-			if !ok {
-				continue
-			}
-			e := o.Error
-			dead.add(seqOf[o.ID], e.Code, e.Message)
-			att.Add(o.ID, tenant, o.Attempt, outbox.AttemptFailed, &e, o.ProviderResponse, time.Time{}, started(o.StartedAt), now)
-		}
 		if err := dead.exec(ctx, tx, m, `status = 'FAILED', last_error_code = {0}, last_error_message = {1},
 			updated_at = ?, claimed_at = NULL, claimed_by = NULL`, nowS); err != nil {
 			return err
-		}
-		// Released: the attempt is not counted; a deferral sets the due
-		// time and the reason.
-		var rel caseUpdate
-		for _, o := range p.Released {
-			if _, ok := held[o.ID]; !ok {
-				continue
-			}
-			var next, code, msg any
-			if !o.NextAttemptAt.IsZero() {
-				next = ts(s.env.Now(o.NextAttemptAt))
-				if o.Error != nil {
-					code, msg = o.Error.Code, o.Error.Message
-				}
-			}
-			rel.add(seqOf[o.ID], next, code, msg)
 		}
 		if err := rel.exec(ctx, tx, m, `status = 'PENDING', attempts = attempts - 1, updated_at = ?,
 			next_attempt_at = COALESCE({0}, next_attempt_at),

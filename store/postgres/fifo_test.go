@@ -132,14 +132,14 @@ func testClaimFIFO(t *testing.T, concurrent, async bool) {
 					key := m.GroupKey()
 					switch r := rng.IntN(10); {
 					case m.Group != "" && blocked[key]:
-						p.Released = append(p.Released, outbox.ReleaseOutcome{ID: m.ID, Attempt: m.Attempts})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts})
 					case r < 6:
-						p.Sent = append(p.Sent, outbox.SentOutcome{ID: m.ID, Attempt: m.Attempts})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts})
 					case r < 8:
-						p.Retry = append(p.Retry, outbox.RetryOutcome{ID: m.ID, Attempt: m.Attempts, NextAttemptAt: time.Now(), Error: outbox.ErrorInfo{Code: "x"}})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeRetry, ID: m.ID, Attempt: m.Attempts, NextAttemptAt: time.Now(), Error: &outbox.ErrorInfo{Code: "x"}})
 						blocked[key] = true
 					default:
-						p.Released = append(p.Released, outbox.ReleaseOutcome{ID: m.ID, Attempt: m.Attempts})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts})
 						blocked[key] = true
 					}
 				}
@@ -147,7 +147,10 @@ func testClaimFIFO(t *testing.T, concurrent, async bool) {
 				mark := func() {
 					model2.Lock()
 					defer model2.Unlock()
-					for _, o := range p.Sent {
+					for _, o := range p.Outcomes {
+						if o.Kind != outbox.OutcomeSent {
+							continue
+						}
 						if sent[o.ID] {
 							failures = append(failures, "sent twice: "+o.ID)
 						}
@@ -162,12 +165,19 @@ func testClaimFIFO(t *testing.T, concurrent, async bool) {
 					model.Unlock()
 					// As the processor does: the retry first, the
 					// releases of the rest of the group in a second call.
-					rel := p.Released
-					p.Released = nil
+					var first, rel []outbox.Outcome
+					for _, o := range p.Outcomes {
+						if o.Kind == outbox.OutcomeReleased {
+							rel = append(rel, o)
+						} else {
+							first = append(first, o)
+						}
+					}
+					p.Outcomes = first
 					res, err = b.store.MessageFinish(ctx, p)
 					if err == nil && len(rel) > 0 {
 						var r2 outbox.FinishResult
-						r2, err = b.store.MessageFinish(ctx, outbox.MessageFinishParams{Owner: owner, Now: time.Now(), Released: rel})
+						r2, err = b.store.MessageFinish(ctx, outbox.MessageFinishParams{Owner: owner, Now: time.Now(), Outcomes: rel})
 						res.LeaseLost = append(res.LeaseLost, r2.LeaseLost...)
 					}
 					model.Lock()

@@ -20,73 +20,67 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	if err := p.Validate(); err != nil {
 		return outbox.FinishResult{}, err
 	}
-	total := len(p.Sent) + len(p.Retry) + len(p.Dead) + len(p.Released)
+	total := len(p.Outcomes)
 	if total == 0 {
 		return outbox.FinishResult{}, nil
 	}
 	now := s.at(p.Now)
 
+	// One array per column and kind: each kind is one UPDATE ... FROM
+	// unnest(...) of the statement.
 	var (
-		sID, sPMID []string
-		sResp      []*string
-		sAtt       []int32
-		sStart     []*time.Time
+		sID         []string
+		sPMID       []*string
+		sResp       []*string
+		sAtt        []int32
+		sStart      []*time.Time
+		rID         []string
+		rCode, rMsg []*string
+		rResp       []*string
+		rAtt        []int32
+		rNext       []time.Time
+		rStart      []*time.Time
+		dID         []string
+		dCode, dMsg []*string
+		dResp       []*string
+		dAtt        []int32
+		dStart      []*time.Time
+		lID         []string
+		lAtt        []int32
+		lNext       []*time.Time
+		lHasErr     []bool
+		lCode, lMsg []*string
 	)
-	for _, o := range p.Sent {
-		sID, sAtt = append(sID, o.ID), append(sAtt, int32(o.Attempt)) //nolint:gosec // attempts are small
-		sPMID = append(sPMID, text(o.ProviderMessageID))
-		sResp, sStart = append(sResp, jsonText(o.ProviderResponse)), append(sStart, nullTime(o.StartedAt))
-	}
-	var (
-		rID             []string
-		rCode, rMsg     []*string
-		rResp           []*string
-		rAtt            []int32
-		rNext           []time.Time
-		rStart          []*time.Time
-		dID             []string
-		dCode, dMsg     []*string
-		dResp           []*string
-		dAtt            []int32
-		dStart          []*time.Time
-		lID             []string
-		lAtt            []int32
-		lNext           []*time.Time
-		lHasErr         []bool
-		lCode, lMsg     []*string
-		code, msg       = func(e outbox.ErrorInfo) *string { return nullText(e.Code) }, func(e outbox.ErrorInfo) *string { return nullText(e.Message) }
-		emptyPMIDtoNull = func(ss []string) []*string {
-			out := make([]*string, len(ss))
-			for i := range ss {
-				out[i] = nullText(ss[i])
+	for _, o := range p.Outcomes {
+		att := int32(o.Attempt) //nolint:gosec // attempts are small
+		switch o.Kind {
+		case outbox.OutcomeSent:
+			sID, sAtt = append(sID, o.ID), append(sAtt, att)
+			sPMID = append(sPMID, nullText(o.ProviderMessageID))
+			sResp, sStart = append(sResp, jsonText(o.ProviderResponse)), append(sStart, nullTime(o.StartedAt))
+		case outbox.OutcomeRetry:
+			next := o.NextAttemptAt
+			if next.IsZero() {
+				next = now
 			}
-			return out
-		}
-	)
-	for _, o := range p.Retry {
-		next := o.NextAttemptAt
-		if next.IsZero() {
-			next = now
-		}
-		rID, rAtt = append(rID, o.ID), append(rAtt, int32(o.Attempt)) //nolint:gosec // attempts are small
-		rNext = append(rNext, next.UTC().Truncate(time.Microsecond))
-		rCode, rMsg = append(rCode, code(o.Error)), append(rMsg, msg(o.Error))
-		rResp, rStart = append(rResp, jsonText(o.ProviderResponse)), append(rStart, nullTime(o.StartedAt))
-	}
-	for _, o := range p.Dead {
-		dID, dAtt = append(dID, o.ID), append(dAtt, int32(o.Attempt)) //nolint:gosec // attempts are small
-		dCode, dMsg = append(dCode, code(o.Error)), append(dMsg, msg(o.Error))
-		dResp, dStart = append(dResp, jsonText(o.ProviderResponse)), append(dStart, nullTime(o.StartedAt))
-	}
-	for _, o := range p.Released {
-		lID, lAtt = append(lID, o.ID), append(lAtt, int32(o.Attempt)) //nolint:gosec // attempts are small
-		lNext = append(lNext, nullTime(o.NextAttemptAt))
-		hasErr := o.Error != nil && !o.NextAttemptAt.IsZero()
-		lHasErr = append(lHasErr, hasErr)
-		if hasErr {
-			lCode, lMsg = append(lCode, nullText(o.Error.Code)), append(lMsg, nullText(o.Error.Message))
-		} else {
-			lCode, lMsg = append(lCode, nil), append(lMsg, nil)
+			rID, rAtt = append(rID, o.ID), append(rAtt, att)
+			rNext = append(rNext, next.UTC().Truncate(time.Microsecond))
+			rCode, rMsg = append(rCode, nullText(o.Error.Code)), append(rMsg, nullText(o.Error.Message))
+			rResp, rStart = append(rResp, jsonText(o.ProviderResponse)), append(rStart, nullTime(o.StartedAt))
+		case outbox.OutcomeDead:
+			dID, dAtt = append(dID, o.ID), append(dAtt, att)
+			dCode, dMsg = append(dCode, nullText(o.Error.Code)), append(dMsg, nullText(o.Error.Message))
+			dResp, dStart = append(dResp, jsonText(o.ProviderResponse)), append(dStart, nullTime(o.StartedAt))
+		case outbox.OutcomeReleased:
+			lID, lAtt = append(lID, o.ID), append(lAtt, att)
+			lNext = append(lNext, nullTime(o.NextAttemptAt))
+			hasErr := o.Error != nil && !o.NextAttemptAt.IsZero()
+			lHasErr = append(lHasErr, hasErr)
+			if hasErr {
+				lCode, lMsg = append(lCode, nullText(o.Error.Code)), append(lMsg, nullText(o.Error.Message))
+			} else {
+				lCode, lMsg = append(lCode, nil), append(lMsg, nil)
+			}
 		}
 	}
 	channel := s.channel
@@ -97,7 +91,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	args := []any{now, text(p.Owner), channel}
 	if len(sID) > 0 {
 		mask |= finishSent
-		args = append(args, sID, sAtt, emptyPMIDtoNull(sPMID), sResp, sStart)
+		args = append(args, sID, sAtt, sPMID, sResp, sStart)
 	}
 	if len(rID) > 0 {
 		mask |= finishRetry
@@ -125,22 +119,10 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	}
 	var res outbox.FinishResult
 	if len(applied) < total {
-		add := func(id string) {
-			if _, ok := applied[id]; !ok {
-				res.LeaseLost = append(res.LeaseLost, id)
+		for _, o := range p.Outcomes {
+			if _, ok := applied[o.ID]; !ok {
+				res.LeaseLost = append(res.LeaseLost, o.ID)
 			}
-		}
-		for _, o := range p.Sent {
-			add(o.ID)
-		}
-		for _, o := range p.Retry {
-			add(o.ID)
-		}
-		for _, o := range p.Dead {
-			add(o.ID)
-		}
-		for _, o := range p.Released {
-			add(o.ID)
 		}
 	}
 	return res, nil

@@ -69,7 +69,7 @@ func (b *bundle) sent(owner string, ms ...outbox.Message) {
 	b.t.Helper()
 	p := outbox.MessageFinishParams{Owner: owner, Now: time.Now()}
 	for _, m := range ms {
-		p.Sent = append(p.Sent, outbox.SentOutcome{ID: m.ID, Attempt: m.Attempts, ProviderMessageID: "p-" + m.ID})
+		p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ProviderMessageID: "p-" + m.ID})
 	}
 	res, err := b.store.MessageFinish(b.ctx, p)
 	if err != nil {

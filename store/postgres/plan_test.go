@@ -70,7 +70,7 @@ FROM generate_series($1::int, $2::int) AS i`, s.MessagesTable()), from, to); err
 		}
 		p := outbox.MessageFinishParams{Owner: owner, Now: time.Now()}
 		for _, m := range ms {
-			p.Sent = append(p.Sent, outbox.SentOutcome{ID: m.ID, Attempt: m.Attempts})
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts})
 		}
 		if _, err := s.MessageFinish(ctx, p); err != nil {
 			t.Fatal(err)

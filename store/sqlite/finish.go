@@ -11,7 +11,7 @@ import (
 )
 
 // finish is the store's MessageFinish: one fenced UPDATE ... RETURNING per
-// outcome (each statement prepared once per call) and one INSERT of the
+// outcome, in the order given (each statement prepared once per call) and one INSERT of the
 // attempt rows.
 func (s *Store) finish(ctx context.Context, p outbox.MessageFinishParams, now time.Time) (res outbox.FinishResult, applied int, err error) {
 	nowUS := now.UnixMicro()
@@ -51,46 +51,36 @@ func (s *Store) finish(ctx context.Context, p outbox.MessageFinishParams, now ti
 			applied++
 			return tenant, true, nil
 		}
-		for _, o := range p.Sent {
-			tenant, ok, err := fenced(o.ID, s.q.sent, sqlstore.NullString(o.ProviderMessageID), nowUS, nowUS, o.ID, p.Owner, o.Attempt)
-			if err != nil {
-				return err
-			}
-			if ok {
-				att.Add(o.ID, tenant, o.Attempt, outbox.AttemptSucceeded, nil, o.ProviderResponse, time.Time{}, started(o.StartedAt), now)
-			}
-		}
-		for _, o := range p.Retry {
-			next := s.env.Now(o.NextAttemptAt)
-			tenant, ok, err := fenced(o.ID, s.q.retry, next.UnixMicro(), o.Error.Code, o.Error.Message, nowUS, o.ID, p.Owner, o.Attempt)
-			if err != nil {
-				return err
-			}
-			if ok {
-				e := o.Error
-				att.Add(o.ID, tenant, o.Attempt, outbox.AttemptRetry, &e, o.ProviderResponse, next, started(o.StartedAt), now)
-			}
-		}
-		for _, o := range p.Dead {
-			tenant, ok, err := fenced(o.ID, s.q.dead, o.Error.Code, o.Error.Message, nowUS, o.ID, p.Owner, o.Attempt)
-			if err != nil {
-				return err
-			}
-			if ok {
-				e := o.Error
-				att.Add(o.ID, tenant, o.Attempt, outbox.AttemptFailed, &e, o.ProviderResponse, time.Time{}, started(o.StartedAt), now)
-			}
-		}
-		for _, o := range p.Released {
-			var next, code, msg any
-			if !o.NextAttemptAt.IsZero() {
-				next = s.env.Now(o.NextAttemptAt).UnixMicro()
-				if o.Error != nil {
-					code, msg = o.Error.Code, o.Error.Message
+		for _, o := range p.Outcomes {
+			var (
+				query string
+				args  []any
+				next  time.Time
+			)
+			switch o.Kind {
+			case outbox.OutcomeSent:
+				query, args = s.q.sent, []any{sqlstore.NullString(o.ProviderMessageID), nowUS, nowUS}
+			case outbox.OutcomeRetry:
+				next = s.env.Now(o.NextAttemptAt)
+				query, args = s.q.retry, []any{next.UnixMicro(), o.Error.Code, o.Error.Message, nowUS}
+			case outbox.OutcomeDead:
+				query, args = s.q.dead, []any{o.Error.Code, o.Error.Message, nowUS}
+			case outbox.OutcomeReleased:
+				var nextV, code, msg any
+				if !o.NextAttemptAt.IsZero() {
+					nextV = s.env.Now(o.NextAttemptAt).UnixMicro()
+					if o.Error != nil {
+						code, msg = o.Error.Code, o.Error.Message
+					}
 				}
+				query, args = s.q.release, []any{nowUS, nextV, code, msg}
 			}
-			if _, _, err := fenced(o.ID, s.q.release, nowUS, next, code, msg, o.ID, p.Owner, o.Attempt); err != nil {
+			tenant, ok, err := fenced(o.ID, query, append(args, o.ID, p.Owner, o.Attempt)...)
+			if err != nil {
 				return err
+			}
+			if ok {
+				att.AddOutcome(o, tenant, next, started(o.StartedAt), now)
 			}
 		}
 		return att.Exec(ctx, q, s.q.attempts)

@@ -220,7 +220,7 @@ func TestWakeups(t *testing.T) {
 		t.Fatalf("claim: %v, %v", c, err)
 	}
 	_ = signalled(ch)
-	if _, err := st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Sent: []outbox.SentOutcome{{ID: c[0].ID, Attempt: 1}}}); err != nil {
+	if _, err := st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: c[0].ID, Attempt: 1}}}); err != nil {
 		t.Fatal(err)
 	}
 	if !signalled(ch) {
@@ -374,13 +374,13 @@ func TestClaimSpreadsOverGroupsAndFillsFromDeepOnes(t *testing.T) {
 	}
 	// Release b and c; a is held, so only b and c are claimable: the claim
 	// extends their runs past 4 to fill its limit.
-	var rel []outbox.ReleaseOutcome
+	var rel []outbox.Outcome
 	for _, m := range got {
 		if m.Group != "a" {
-			rel = append(rel, outbox.ReleaseOutcome{ID: m.ID, Attempt: m.Attempts})
+			rel = append(rel, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts})
 		}
 	}
-	if _, err := st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Released: rel}); err != nil {
+	if _, err := st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Outcomes: rel}); err != nil {
 		t.Fatal(err)
 	}
 	got, err = st.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 30, Owner: "q"})

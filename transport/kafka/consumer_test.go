@@ -85,9 +85,9 @@ type crashingStore struct {
 }
 
 func (s *crashingStore) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
-	for i, o := range p.Sent {
-		if o.ID == s.id && s.crashed.CompareAndSwap(false, true) {
-			p.Sent = append(p.Sent[:i:i], p.Sent[i+1:]...)
+	for i, o := range p.Outcomes {
+		if o.Kind == outbox.OutcomeSent && o.ID == s.id && s.crashed.CompareAndSwap(false, true) {
+			p.Outcomes = append(p.Outcomes[:i:i], p.Outcomes[i+1:]...)
 			break
 		}
 	}

@@ -762,7 +762,7 @@ func (c *countingStore) MessageFinish(ctx context.Context, p outbox.MessageFinis
 	r, err := c.Store.MessageFinish(ctx, p)
 	c.finishNs.Add(int64(time.Since(t)))
 	c.finishes.Add(1)
-	c.finished.Add(int64(len(p.Sent) + len(p.Retry) + len(p.Dead) + len(p.Released)))
+	c.finished.Add(int64(len(p.Outcomes)))
 	return r, err
 }
 

@@ -109,7 +109,7 @@ func testClaim[TTx any](t *testing.T, h Harness[TTx]) {
 							errs <- fmt.Errorf("%s got a message leased to %q", owner, m.ClaimedBy)
 							return
 						}
-						p.Sent = append(p.Sent, outbox.SentOutcome{ID: m.ID, Attempt: m.Attempts})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts})
 					}
 					res, err := e.s.MessageFinish(e.ctx, p)
 					if err != nil || len(res.LeaseLost) > 0 {
@@ -154,8 +154,8 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 		ms := e.enqueue(msg("t", "g", 1), msg("t", "g", 2), msg("t", "", 3))
 		c := e.claim("p", 1, e.t0)
 		wantIDs(t, "first claim", c, ms[0])
-		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Retry: []outbox.RetryOutcome{{
-			ID: ms[0].ID, Attempt: 1, NextAttemptAt: e.at(time.Hour), Error: outbox.ErrorInfo{Code: "503", Message: "down"},
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{
+			Kind: outbox.OutcomeRetry, ID: ms[0].ID, Attempt: 1, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "503", Message: "down"},
 		}}})
 		// ms[1] is due but must wait behind the retry of ms[0].
 		wantIDs(t, "claim while the head waits for its retry", e.claim("p", 10, e.at(time.Minute)), ms[2])
@@ -191,8 +191,8 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 			t.Fatalf("p2 claimed %v while p1 holds the head of the group", ids(got))
 		}
 		// Releasing the prefix (not started) puts it back in front.
-		e.finish(outbox.MessageFinishParams{Owner: "p1", Now: e.t0, Released: []outbox.ReleaseOutcome{
-			{ID: ms[0].ID, Attempt: 1}, {ID: ms[1].ID, Attempt: 1},
+		e.finish(outbox.MessageFinishParams{Owner: "p1", Now: e.t0, Outcomes: []outbox.Outcome{
+			{Kind: outbox.OutcomeReleased, ID: ms[0].ID, Attempt: 1}, {Kind: outbox.OutcomeReleased, ID: ms[1].ID, Attempt: 1},
 		}})
 		wantIDs(t, "claim after release", e.claim("p2", 10, e.t0), ms...)
 	})
@@ -215,8 +215,8 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 		e := setup(t, h)
 		ms := e.enqueueN("t", "", 3)
 		wantIDs(t, "first claim", e.claim("p", 1, e.t0), ms[0])
-		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Retry: []outbox.RetryOutcome{{
-			ID: ms[0].ID, Attempt: 1, NextAttemptAt: e.at(time.Hour), Error: outbox.ErrorInfo{Code: "x"},
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{
+			Kind: outbox.OutcomeRetry, ID: ms[0].ID, Attempt: 1, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "x"},
 		}}})
 		wantIDs(t, "second claim", e.claim("p", 1, e.t0), ms[1])
 		wantIDs(t, "third claim", e.claim("p", 10, e.t0), ms[2])
@@ -227,16 +227,16 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 		e := setup(t, h)
 		ms := e.enqueueN("t", "g", 3)
 		// An outcome for a message nobody claimed is refused.
-		res := e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Dead: []outbox.DeadOutcome{{
-			ID: ms[0].ID, Attempt: 1, Error: outbox.ErrorInfo{Code: "131047"},
+		res := e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{
+			Kind: outbox.OutcomeDead, ID: ms[0].ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "131047"},
 		}}})
 		if len(res.LeaseLost) != 1 || res.LeaseLost[0] != ms[0].ID {
 			t.Fatalf("LeaseLost %v, want [%s]", res.LeaseLost, ms[0].ID)
 		}
 		e.wantStatus("", ms[0].ID, outbox.StatusPending)
 		wantIDs(t, "claim", e.claim("p", 1, e.t0), ms[0])
-		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Dead: []outbox.DeadOutcome{{
-			ID: ms[0].ID, Attempt: 1, Error: outbox.ErrorInfo{Code: "131047"},
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{
+			Kind: outbox.OutcomeDead, ID: ms[0].ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "131047"},
 		}}})
 		if _, err := e.s.MessageCancel(e.ctx, outbox.MessageCancelParams{ID: ms[1].ID, Now: e.t0}); err != nil {
 			t.Fatalf("MessageCancel: %v", err)
@@ -306,7 +306,7 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 					mu.Unlock()
 					p := outbox.MessageFinishParams{Owner: owner, Now: e.t0}
 					for _, m := range batch {
-						p.Sent = append(p.Sent, outbox.SentOutcome{ID: m.ID, Attempt: m.Attempts})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts})
 					}
 					if res, err := e.s.MessageFinish(e.ctx, p); err != nil || len(res.LeaseLost) > 0 {
 						errs <- fmt.Errorf("finish: %v, lease lost %v", err, res.LeaseLost)
@@ -393,15 +393,15 @@ func testFIFOUnderChurn[TTx any](t *testing.T, h Harness[TTx]) {
 				for _, m := range batch {
 					switch r := next(10); {
 					case stopped[m.Group]:
-						p.Released = append(p.Released, outbox.ReleaseOutcome{ID: m.ID, Attempt: m.Attempts})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts})
 					case r < 2:
-						p.Retry = append(p.Retry, outbox.RetryOutcome{ID: m.ID, Attempt: m.Attempts, NextAttemptAt: now.Add(time.Millisecond), Error: outbox.ErrorInfo{Code: "x"}})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeRetry, ID: m.ID, Attempt: m.Attempts, NextAttemptAt: now.Add(time.Millisecond), Error: &outbox.ErrorInfo{Code: "x"}})
 						stopped[m.Group] = true
 					case r < 3:
-						p.Released = append(p.Released, outbox.ReleaseOutcome{ID: m.ID, Attempt: m.Attempts})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts})
 						stopped[m.Group] = true
 					default:
-						p.Sent = append(p.Sent, outbox.SentOutcome{ID: m.ID, Attempt: m.Attempts})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts})
 						done[m.ID] = true // before the outcome commits
 						total++
 					}

@@ -15,8 +15,8 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		e := setup(t, h)
 		m := e.enqueue(outbox.Message{Tenant: "a", Topic: "t", Payload: []byte(`1`)})[0]
 		c := e.claim("p", 1, e.at(time.Second))[0]
-		res := e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(2 * time.Second), Sent: []outbox.SentOutcome{{
-			ID: c.ID, Attempt: c.Attempts, ProviderMessageID: "wamid.1",
+		res := e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(2 * time.Second), Outcomes: []outbox.Outcome{{
+			Kind: outbox.OutcomeSent, ID: c.ID, Attempt: c.Attempts, ProviderMessageID: "wamid.1",
 			ProviderResponse: json.RawMessage(`{"messages":[{"id":"wamid.1"}]}`), StartedAt: e.at(time.Second),
 		}}})
 		if len(res.LeaseLost) != 0 {
@@ -49,8 +49,8 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		e := setup(t, h)
 		m := e.enqueue(msg("t", "", 1))[0]
 		c := e.claim("p", 1, e.t0)[0]
-		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(time.Second), Retry: []outbox.RetryOutcome{{
-			ID: c.ID, Attempt: 1, NextAttemptAt: e.at(time.Minute), Error: outbox.ErrorInfo{Code: "http_503", Message: "unavailable"},
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(time.Second), Outcomes: []outbox.Outcome{{
+			Kind: outbox.OutcomeRetry, ID: c.ID, Attempt: 1, NextAttemptAt: e.at(time.Minute), Error: &outbox.ErrorInfo{Code: "http_503", Message: "unavailable"},
 			StartedAt: e.t0,
 		}}})
 		got := e.wantStatus("", m.ID, outbox.StatusPending)
@@ -79,8 +79,8 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		e := setup(t, h)
 		m := e.enqueue(msg("t", "", 1))[0]
 		c := e.claim("p", 1, e.t0)[0]
-		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Dead: []outbox.DeadOutcome{{
-			ID: c.ID, Attempt: 1, Error: outbox.ErrorInfo{Code: "131047", Message: "invalid parameter"},
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{
+			Kind: outbox.OutcomeDead, ID: c.ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "131047", Message: "invalid parameter"},
 		}}})
 		got := e.wantStatus("", m.ID, outbox.StatusFailed)
 		if got.LastError == nil || got.LastError.Code != "131047" || got.ClaimedBy != "" {
@@ -102,7 +102,7 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		delayed.NextAttemptAt = e.at(time.Minute)
 		m := e.enqueue(delayed)[0]
 		c := e.claim("p", 1, e.at(time.Minute))[0]
-		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(2 * time.Minute), Released: []outbox.ReleaseOutcome{{ID: c.ID, Attempt: c.Attempts}}})
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(2 * time.Minute), Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeReleased, ID: c.ID, Attempt: c.Attempts}}})
 		got := e.wantStatus("", m.ID, outbox.StatusPending)
 		if got.Attempts != 0 || got.ClaimedBy != "" || !got.ClaimedAt.IsZero() {
 			t.Fatalf("released: %+v; want 0 attempts and no lease", got)
@@ -120,8 +120,8 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		e := setup(t, h)
 		ms := e.enqueueN("t", "g", 2)
 		c := e.claim("p", 1, e.t0)[0]
-		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Released: []outbox.ReleaseOutcome{{
-			ID: c.ID, Attempt: 1, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "quota", Message: "daily quota used up"},
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{
+			Kind: outbox.OutcomeReleased, ID: c.ID, Attempt: 1, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "quota", Message: "daily quota used up"},
 		}}})
 		got := e.wantStatus("", ms[0].ID, outbox.StatusPending)
 		if got.Attempts != 0 || got.LastError == nil || got.LastError.Code != "quota" || got.ClaimedBy != "" {
@@ -154,9 +154,9 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		wantIDs(t, "new claim", fresh, ms[0], ms[1])
 
 		res := e.finish(outbox.MessageFinishParams{Owner: "old", Now: e.at(2 * time.Minute),
-			Sent:     []outbox.SentOutcome{{ID: old[0].ID, Attempt: 1, ProviderMessageID: "stale"}},
-			Retry:    []outbox.RetryOutcome{{ID: old[1].ID, Attempt: 1, NextAttemptAt: e.at(time.Hour), Error: outbox.ErrorInfo{Code: "x"}}},
-			Released: []outbox.ReleaseOutcome{{ID: old[2].ID, Attempt: 1}}, // recovered: PENDING, not PROCESSING
+			Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: old[0].ID, Attempt: 1, ProviderMessageID: "stale"},
+				{Kind: outbox.OutcomeRetry, ID: old[1].ID, Attempt: 1, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "x"}},
+				{Kind: outbox.OutcomeReleased, ID: old[2].ID, Attempt: 1}}, // recovered: PENDING, not PROCESSING
 		})
 		slices.Sort(res.LeaseLost)
 		want := []string{ms[0].ID, ms[1].ID, ms[2].ID}
@@ -174,11 +174,11 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 			t.Fatalf("a stale release changed attempts to %d", got.Attempts)
 		}
 		// Right owner, wrong attempt; and wrong owner, right attempt.
-		res = e.finish(outbox.MessageFinishParams{Owner: "new", Now: e.at(2 * time.Minute), Sent: []outbox.SentOutcome{{ID: fresh[0].ID, Attempt: 1}}})
+		res = e.finish(outbox.MessageFinishParams{Owner: "new", Now: e.at(2 * time.Minute), Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: fresh[0].ID, Attempt: 1}}})
 		if len(res.LeaseLost) != 1 {
 			t.Fatalf("an outcome for attempt 1 of a message at attempt 2 was applied")
 		}
-		res = e.finish(outbox.MessageFinishParams{Owner: "old", Now: e.at(2 * time.Minute), Sent: []outbox.SentOutcome{{ID: fresh[0].ID, Attempt: 2}}})
+		res = e.finish(outbox.MessageFinishParams{Owner: "old", Now: e.at(2 * time.Minute), Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: fresh[0].ID, Attempt: 2}}})
 		if len(res.LeaseLost) != 1 {
 			t.Fatalf("an outcome from another owner was applied")
 		}
@@ -197,10 +197,10 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		ms := e.enqueueN("t", "", 4)
 		c := e.claim("p", 4, e.t0)
 		res := e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(time.Second),
-			Sent:     []outbox.SentOutcome{{ID: c[0].ID, Attempt: 1, ProviderMessageID: "x0"}},
-			Retry:    []outbox.RetryOutcome{{ID: c[1].ID, Attempt: 1, NextAttemptAt: e.at(time.Minute), Error: outbox.ErrorInfo{Code: "r"}}},
-			Dead:     []outbox.DeadOutcome{{ID: c[2].ID, Attempt: 1, Error: outbox.ErrorInfo{Code: "d"}}},
-			Released: []outbox.ReleaseOutcome{{ID: c[3].ID, Attempt: 1}},
+			Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: c[0].ID, Attempt: 1, ProviderMessageID: "x0"},
+				{Kind: outbox.OutcomeRetry, ID: c[1].ID, Attempt: 1, NextAttemptAt: e.at(time.Minute), Error: &outbox.ErrorInfo{Code: "r"}},
+				{Kind: outbox.OutcomeDead, ID: c[2].ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "d"}},
+				{Kind: outbox.OutcomeReleased, ID: c[3].ID, Attempt: 1}},
 		})
 		if len(res.LeaseLost) != 0 {
 			t.Fatalf("LeaseLost %v", res.LeaseLost)
@@ -210,9 +210,22 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		e.wantStatus("", ms[2].ID, outbox.StatusFailed)
 		e.wantStatus("", ms[3].ID, outbox.StatusPending)
 		wantCounts(t, e.count(""), map[outbox.Status]int64{outbox.StatusSent: 1, outbox.StatusPending: 2, outbox.StatusFailed: 1})
-		if _, err := e.s.MessageFinish(e.ctx, outbox.MessageFinishParams{Now: e.t0, Sent: []outbox.SentOutcome{{ID: ms[0].ID, Attempt: 1}}}); err == nil {
+		if _, err := e.s.MessageFinish(e.ctx, outbox.MessageFinishParams{Now: e.t0, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: ms[0].ID, Attempt: 1}}}); err == nil {
 			t.Fatal("MessageFinish without an Owner was accepted")
 		}
+	})
+
+	t.Run("InvalidOutcomeChangesNothing", func(t *testing.T) {
+		e := setup(t, h)
+		ms := e.enqueueN("t", "", 2)
+		c := e.claim("p", 2, e.t0)
+		_, err := e.s.MessageFinish(e.ctx, outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{
+			{Kind: outbox.OutcomeSent, ID: c[0].ID, Attempt: 1},
+			{Kind: outbox.OutcomeDead, ID: c[1].ID, Attempt: 1}, // no Error: a dead letter must say why
+		}})
+		wantErrIs(t, "MessageFinish with a dead letter without Error", err, outbox.ErrInvalidInput)
+		e.wantStatus("", ms[0].ID, outbox.StatusProcessing)
+		e.wantStatus("", ms[1].ID, outbox.StatusProcessing)
 	})
 }
 
@@ -256,7 +269,7 @@ func testRecover[TTx any](t *testing.T, h Harness[TTx]) {
 		ms := e.enqueue(own, msg("t", "", 2), msg("t", "", 3))
 		withDefault := ms[1]
 		e.claim("p", 3, e.t0)
-		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Retry: []outbox.RetryOutcome{{ID: ms[2].ID, Attempt: 1, NextAttemptAt: e.t0, Error: outbox.ErrorInfo{Code: "x"}}}})
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeRetry, ID: ms[2].ID, Attempt: 1, NextAttemptAt: e.t0, Error: &outbox.ErrorInfo{Code: "x"}}}})
 		e.claim("p", 3, e.t0) // ms[2], attempt 2
 		// ms[0] used its own 1 attempt; ms[1] has 1 of the default 2; ms[2] 2 of 2.
 		res, err := e.s.MessageRecover(e.ctx, outbox.MessageRecoverParams{ClaimedBefore: e.at(time.Minute), Now: e.at(time.Minute), MaxAttempts: 2})
@@ -282,7 +295,7 @@ func testOperator[TTx any](t *testing.T, h Harness[TTx]) {
 		e := setup(t, h)
 		m := e.enqueue(outbox.Message{Tenant: "a", Topic: "t", Payload: []byte(`1`)})[0]
 		c := e.claim("p", 1, e.t0)[0]
-		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Dead: []outbox.DeadOutcome{{ID: c.ID, Attempt: 1, Error: outbox.ErrorInfo{Code: "x"}}}})
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeDead, ID: c.ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "x"}}}})
 
 		_, err := e.s.MessageRequeue(e.ctx, outbox.MessageRequeueParams{Tenant: "b", ID: m.ID, Now: e.at(time.Hour)})
 		wantErrIs(t, "MessageRequeue from another tenant", err, outbox.ErrNotFound)

@@ -103,8 +103,8 @@ func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
 		ms := e.enqueueN("t", "", 7)
 		c := e.claim("p", 5, e.t0) // ms[0..4]
 		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0,
-			Sent: []outbox.SentOutcome{{ID: c[0].ID, Attempt: 1, ProviderMessageID: "p0"}, {ID: c[1].ID, Attempt: 1, ProviderMessageID: "p1"}},
-			Dead: []outbox.DeadOutcome{{ID: c[2].ID, Attempt: 1, Error: outbox.ErrorInfo{Code: "x"}}},
+			Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: c[0].ID, Attempt: 1, ProviderMessageID: "p0"}, {Kind: outbox.OutcomeSent, ID: c[1].ID, Attempt: 1, ProviderMessageID: "p1"},
+				{Kind: outbox.OutcomeDead, ID: c[2].ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "x"}}},
 		})
 		e.receipt(outbox.Receipt{ProviderMessageID: "p1", Status: outbox.DeliveryDelivered, At: e.t0})
 		if _, err := e.s.MessageCancel(e.ctx, outbox.MessageCancelParams{ID: ms[5].ID, Now: e.t0}); err != nil {
@@ -122,8 +122,8 @@ func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
 		old := e.enqueueN("t", "", 6)
 		c := e.claim("p", 4, e.t0) // old[0..3] PROCESSING since t0
 		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0,
-			Sent: []outbox.SentOutcome{{ID: c[0].ID, Attempt: 1}},
-			Dead: []outbox.DeadOutcome{{ID: c[1].ID, Attempt: 1, Error: outbox.ErrorInfo{Code: "x"}}},
+			Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: c[0].ID, Attempt: 1},
+				{Kind: outbox.OutcomeDead, ID: c[1].ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "x"}}},
 		})
 		if _, err := e.s.MessageCancel(e.ctx, outbox.MessageCancelParams{ID: old[4].ID, Now: e.t0}); err != nil {
 			t.Fatal(err)
