@@ -34,7 +34,9 @@ const claimRounds = 3
 //     the run of PENDING due messages from its head (nothing when the head
 //     is PROCESSING or waits for a retry);
 //  4. lease them with one bulk write, fenced by status and attempt count,
-//     and read back the ones that carry this claim's token;
+//     and read back the ones that carry this claim's token (when a write
+//     or the read fails, the messages already leased are given back,
+//     PENDING with the attempt uncounted, before the error returns);
 //  5. delete the locks.
 //
 // Enqueue takes the same group lock outside a transaction, so a claim
@@ -172,11 +174,13 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 			})
 	}
 	if _, err := s.bulk(ctx, models); err != nil {
+		s.unlease(ids, op)
 		return nil, fmt.Errorf("mongo: claim: lease: %w", err)
 	}
 	var got []msgDoc
 	if err := s.findAll(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "op", Value: op}}, &got,
 		options.Find().SetSort(bson.D{{Key: "seq", Value: 1}})); err != nil {
+		s.unlease(ids, op)
 		return nil, fmt.Errorf("mongo: claim: read back: %w", err)
 	}
 	out := make([]outbox.Message, len(got))
@@ -184,6 +188,23 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 		out[i] = got[i].message()
 	}
 	return out, nil
+}
+
+// unlease gives back, PENDING with the attempt uncounted, the messages
+// among ids that a failed claim (token op) leased before its error: they
+// are not returned, so nobody would publish them until their lease
+// expired. When this fails too (the server is gone), recovery takes them
+// back once the lease expires.
+func (s *Store) unlease(ids bson.A, op string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := s.msgs.UpdateMany(ctx,
+		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "op", Value: op}, {Key: "status", Value: string(outbox.StatusProcessing)}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusPending)}, {Key: "updated_at", Value: s.now(time.Time{})}}},
+			{Key: "$inc", Value: bson.D{{Key: "attempts", Value: -1}}}, unsetLease})
+	if err != nil {
+		s.log.Warn("mongo: claim failed after leasing some messages; they wait for their lease to expire", "error", err)
+	}
 }
 
 // maxGroupScan bounds the due messages one look for groups reads.
