@@ -10,7 +10,7 @@ import (
 
 // RunCleanup calls w.WindowCleanup every interval (default: hourly, as in
 // the seed system) until ctx ends, logging failures. It returns when ctx
-// ends. Stores that expire windows by themselves (RedisState) need no
+// ends. Stores that expire windows by themselves (redisstate.State) need no
 // cleanup.
 func RunCleanup(ctx context.Context, w WindowStore, interval time.Duration, clock outbox.Clock, logger *slog.Logger) {
 	if interval <= 0 {

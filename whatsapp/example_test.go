@@ -47,8 +47,8 @@ func Example() {
 	creds := whatsapp.StaticCredentials{
 		"org-1": {PhoneNumberID: "106540352242922", AccessToken: "EAAG...", AppSecret: "app_secret_123", VerifyToken: "my-verify-token"},
 	}
-	// Windows, quotas and inbound dedupe: in memory here; RedisState or
-	// SQLState (or a Fallback of both) in production.
+	// Windows, quotas and inbound dedupe: in memory here; redisstate.State
+	// or SQLState (or a Fallback of both) in production.
 	state := whatsapp.NewMemoryState(whatsapp.QuotaOptions{})
 
 	pub, err := whatsapp.NewPublisher(whatsapp.Config{Credentials: creds, BaseURL: meta.URL, Windows: state, Quotas: state})

@@ -108,7 +108,13 @@ func TestPublisherDefersWhenTheStateStoreFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	down := migrated(t, db, SQLOptions{Dialect: DialectSQLite})
+	down, err := NewSQLState(db, SQLOptions{Dialect: DialectSQLite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := down.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	_ = db.Close() // the store goes away
 
 	api := newFakeAPI(t)

@@ -67,7 +67,7 @@ func NewSQLState(db *sql.DB, opts SQLOptions) (*SQLState, error) {
 		return nil, fmt.Errorf("whatsapp: invalid table prefix %q", p)
 	}
 	return &SQLState{
-		db: db, d: opts.Dialect, opts: opts.QuotaOptions.withDefaults(),
+		db: db, d: opts.Dialect, opts: opts.QuotaOptions.WithDefaults(),
 		window: p + "session_window", quota: p + "quota", seen: p + "inbound_seen",
 	}, nil
 }
@@ -274,7 +274,7 @@ func (s *SQLState) QuotaGet(ctx context.Context, tenant string, now time.Time) (
 			sent, reset = 0, time.Time{}
 		}
 	}
-	return makeStatus(sent, limit, reset, msTime(thr), now), nil
+	return NewQuotaStatus(sent, limit, reset, msTime(thr), now), nil
 }
 
 // QuotaSetLimit implements QuotaStore.

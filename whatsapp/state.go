@@ -42,7 +42,8 @@ func (w Window) Open(now time.Time) bool { return now.Before(w.ExpiresAt) }
 
 // WindowStore keeps customer-service windows. Only inbound messages open or
 // refresh a window (the business's own messages, templates included, never
-// do). Implementations: MemoryState, RedisState, SQLState, Fallback.
+// do). Implementations: MemoryState, SQLState, Fallback, and redisstate.State
+// (package whatsapp/redisstate).
 type WindowStore interface {
 	// WindowTouch records an inbound message from phone at time at. A
 	// window only moves forward: an older, late webhook does not shorten
@@ -75,8 +76,9 @@ type QuotaStatus struct {
 
 // QuotaStore counts each tenant's messages per window (default 1000 per
 // 24 h, configurable per tenant) and keeps a throttle-until. Counting is
-// atomic across processes for the shared implementations (RedisState,
-// SQLState). Implementations: MemoryState, RedisState, SQLState, Fallback.
+// atomic across processes for the shared implementations (SQLState and
+// redisstate.State). Implementations: MemoryState, SQLState, Fallback, and
+// redisstate.State (package whatsapp/redisstate).
 type QuotaStore interface {
 	// QuotaConsume counts one message for tenant when the tenant is not
 	// throttled and under its limit, and reports whether it did. The
@@ -102,7 +104,7 @@ type Deduper interface {
 }
 
 // State is a WindowStore, a QuotaStore and a Deduper in one: what
-// MemoryState, RedisState and SQLState implement.
+// MemoryState, SQLState and redisstate.State implement.
 type State interface {
 	WindowStore
 	QuotaStore
@@ -122,14 +124,18 @@ type QuotaOptions struct {
 	DedupTTL time.Duration
 }
 
-func (o QuotaOptions) withDefaults() QuotaOptions {
+// WithDefaults returns o with every zero field set to its default.
+func (o QuotaOptions) WithDefaults() QuotaOptions {
 	o.DefaultLimit = cmp.Or(o.DefaultLimit, DefaultQuotaLimit)
 	o.Window = cmp.Or(o.Window, DefaultQuotaWindow)
 	o.DedupTTL = cmp.Or(o.DedupTTL, DefaultDedupTTL)
 	return o
 }
 
-func makeStatus(sent, limit int64, resetAt, throttledUntil, now time.Time) QuotaStatus {
+// NewQuotaStatus is the status of a tenant that sent sent of limit
+// messages in the window ending at resetAt, throttled until
+// throttledUntil, seen at now: what a QuotaStore implementation returns.
+func NewQuotaStatus(sent, limit int64, resetAt, throttledUntil, now time.Time) QuotaStatus {
 	s := QuotaStatus{Sent: sent, Limit: limit, Remaining: max(limit-sent, 0), ResetAt: resetAt}
 	if throttledUntil.After(now) {
 		s.Throttled, s.ThrottledUntil = true, throttledUntil
@@ -163,7 +169,7 @@ type memQuota struct {
 // NewMemoryState returns an empty MemoryState.
 func NewMemoryState(opts QuotaOptions) *MemoryState {
 	return &MemoryState{
-		opts:    opts.withDefaults(),
+		opts:    opts.WithDefaults(),
 		windows: map[[2]string]time.Time{},
 		quotas:  map[string]*memQuota{},
 		seen:    map[[2]string]time.Time{},
@@ -229,7 +235,7 @@ func (s *MemoryState) status(q *memQuota, now time.Time) QuotaStatus {
 	if !q.start.IsZero() {
 		reset = q.start.Add(s.opts.Window)
 	}
-	return makeStatus(q.sent, limit, reset, q.throttle, now)
+	return NewQuotaStatus(q.sent, limit, reset, q.throttle, now)
 }
 
 // QuotaConsume implements QuotaStore.

@@ -30,6 +30,7 @@ import (
 	"github.com/outboxkit/outboxkit/store/postgres"
 	"github.com/outboxkit/outboxkit/store/sqlite"
 	"github.com/outboxkit/outboxkit/whatsapp"
+	"github.com/outboxkit/outboxkit/whatsapp/redisstate"
 )
 
 // Topic is the outbox topic of WhatsApp messages.
@@ -247,7 +248,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		if err := rc.Ping(ctx).Err(); err != nil {
 			return nil, fmt.Errorf("redis %s: %w", cfg.RedisAddr, err)
 		}
-		state = whatsapp.NewRedisState(rc, whatsapp.RedisOptions{Prefix: cmpOr(cfg.RedisPrefix, "msgsvc:whatsapp:"), QuotaOptions: qo})
+		state = redisstate.New(rc, redisstate.Options{Prefix: cmpOr(cfg.RedisPrefix, "msgsvc:whatsapp:"), QuotaOptions: qo})
 	} else {
 		st, err := whatsapp.NewSQLState(s.db, whatsapp.SQLOptions{Dialect: whatsapp.Dialect(s.d.name), TablePrefix: "msgsvc_wa_", QuotaOptions: qo})
 		if err != nil {

@@ -1,4 +1,13 @@
-package whatsapp
+// Package redisstate is a whatsapp.State in Redis (go-redis v9), shared by
+// every replica of a service: customer-service windows, per-tenant quotas
+// and inbound dedupe. It is its own package so that only programs that
+// import it compile go-redis.
+//
+//	state := &whatsapp.Fallback{ // Redis first; the SQL tables while Redis is down
+//		Primary:   redisstate.New(redisClient, redisstate.Options{}),
+//		Secondary: sqlState,
+//	}
+package redisstate
 
 import (
 	"context"
@@ -7,16 +16,18 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/outboxkit/outboxkit/whatsapp"
 )
 
-// RedisOptions configures a RedisState.
-type RedisOptions struct {
+// Options configures a State.
+type Options struct {
 	// Prefix starts every key. Defaults to "outboxkit:whatsapp:".
 	Prefix string
-	QuotaOptions
+	whatsapp.QuotaOptions
 }
 
-// RedisState is a State in Redis, shared by every replica. Quota counting is
+// State is a whatsapp.State in Redis, shared by every replica. Quota counting is
 // one Lua script per call (atomic); keys expire by themselves (TTL) when
 // their window ends, so no cleanup is needed. Keys:
 //
@@ -25,25 +36,25 @@ type RedisOptions struct {
 //	{prefix}throttle:{tenant}  throttled until (ms)
 //	{prefix}window:{tenant}:{phone}  last inbound message (ms)
 //	{prefix}seen:{tenant}:{id} an inbound message ID already handled
-type RedisState struct {
+type State struct {
 	c      redis.UniversalClient
 	prefix string
-	opts   QuotaOptions
+	opts   whatsapp.QuotaOptions
 }
 
-// NewRedisState returns a RedisState over c.
-func NewRedisState(c redis.UniversalClient, opts RedisOptions) *RedisState {
+// New returns a State over c.
+func New(c redis.UniversalClient, opts Options) *State {
 	if opts.Prefix == "" {
 		opts.Prefix = "outboxkit:whatsapp:"
 	}
-	return &RedisState{c: c, prefix: opts.Prefix, opts: opts.QuotaOptions.withDefaults()}
+	return &State{c: c, prefix: opts.Prefix, opts: opts.QuotaOptions.WithDefaults()}
 }
 
-func (s *RedisState) wrap(op string, err error) error {
+func (s *State) wrap(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("whatsapp: redis %s: %w", op, err)
+	return fmt.Errorf("redisstate: %s: %w", op, err)
 }
 
 // windowTouch keeps the later of the stored and the given time and sets
@@ -64,29 +75,29 @@ end
 return cur
 `)
 
-// WindowTouch implements WindowStore.
-func (s *RedisState) WindowTouch(ctx context.Context, tenant, phone string, at time.Time) error {
+// WindowTouch implements whatsapp.WindowStore.
+func (s *State) WindowTouch(ctx context.Context, tenant, phone string, at time.Time) error {
 	k := s.prefix + "window:" + tenant + ":" + phone
-	err := windowTouch.Run(ctx, s.c, []string{k}, at.UnixMilli(), SessionWindow.Milliseconds(), time.Now().UnixMilli()).Err()
+	err := windowTouch.Run(ctx, s.c, []string{k}, at.UnixMilli(), whatsapp.SessionWindow.Milliseconds(), time.Now().UnixMilli()).Err()
 	return s.wrap("window touch", err)
 }
 
-// WindowGet implements WindowStore.
-func (s *RedisState) WindowGet(ctx context.Context, tenant, phone string) (Window, bool, error) {
+// WindowGet implements whatsapp.WindowStore.
+func (s *State) WindowGet(ctx context.Context, tenant, phone string) (whatsapp.Window, bool, error) {
 	ms, err := s.c.Get(ctx, s.prefix+"window:"+tenant+":"+phone).Int64()
 	if errors.Is(err, redis.Nil) {
-		return Window{}, false, nil
+		return whatsapp.Window{}, false, nil
 	}
 	if err != nil {
-		return Window{}, false, s.wrap("window get", err)
+		return whatsapp.Window{}, false, s.wrap("window get", err)
 	}
 	at := msTime(ms)
-	return Window{Tenant: tenant, Phone: phone, LastInboundAt: at, ExpiresAt: at.Add(SessionWindow)}, true, nil
+	return whatsapp.Window{Tenant: tenant, Phone: phone, LastInboundAt: at, ExpiresAt: at.Add(whatsapp.SessionWindow)}, true, nil
 }
 
-// WindowCleanup implements WindowStore. Redis expires windows by itself; it
+// WindowCleanup implements whatsapp.WindowStore. Redis expires windows by itself; it
 // returns 0.
-func (s *RedisState) WindowCleanup(context.Context, time.Time) (int, error) { return 0, nil }
+func (s *State) WindowCleanup(context.Context, time.Time) (int, error) { return 0, nil }
 
 // quotaScript counts one message (ARGV[4] == "1") or only reads the
 // status. KEYS: quota hash, limit, throttle. ARGV: now ms, default limit,
@@ -117,7 +128,7 @@ redis.call('PEXPIRE', KEYS[1], ttl)
 return {1, sent, limit, start, thr}
 `)
 
-func (s *RedisState) runQuota(ctx context.Context, tenant string, now time.Time, consume bool) (QuotaStatus, bool, error) {
+func (s *State) runQuota(ctx context.Context, tenant string, now time.Time, consume bool) (whatsapp.QuotaStatus, bool, error) {
 	c := "0"
 	if consume {
 		c = "1"
@@ -125,35 +136,35 @@ func (s *RedisState) runQuota(ctx context.Context, tenant string, now time.Time,
 	keys := []string{s.prefix + "quota:" + tenant, s.prefix + "limit:" + tenant, s.prefix + "throttle:" + tenant}
 	v, err := quotaScript.Run(ctx, s.c, keys, now.UnixMilli(), s.opts.DefaultLimit, s.opts.Window.Milliseconds(), c).Int64Slice()
 	if err != nil {
-		return QuotaStatus{}, false, s.wrap("quota", err)
+		return whatsapp.QuotaStatus{}, false, s.wrap("quota", err)
 	}
 	if len(v) != 5 {
-		return QuotaStatus{}, false, fmt.Errorf("whatsapp: redis quota: unexpected reply of %d values", len(v))
+		return whatsapp.QuotaStatus{}, false, fmt.Errorf("redisstate: quota: unexpected reply of %d values", len(v))
 	}
 	var reset time.Time
 	if v[3] > 0 {
 		reset = msTime(v[3]).Add(s.opts.Window)
 	}
-	return makeStatus(v[1], v[2], reset, msTime(v[4]), now), v[0] == 1, nil
+	return whatsapp.NewQuotaStatus(v[1], v[2], reset, msTime(v[4]), now), v[0] == 1, nil
 }
 
-// QuotaConsume implements QuotaStore.
-func (s *RedisState) QuotaConsume(ctx context.Context, tenant string, now time.Time) (QuotaStatus, bool, error) {
+// QuotaConsume implements whatsapp.QuotaStore.
+func (s *State) QuotaConsume(ctx context.Context, tenant string, now time.Time) (whatsapp.QuotaStatus, bool, error) {
 	return s.runQuota(ctx, tenant, now, true)
 }
 
-// QuotaGet implements QuotaStore.
-func (s *RedisState) QuotaGet(ctx context.Context, tenant string, now time.Time) (QuotaStatus, error) {
+// QuotaGet implements whatsapp.QuotaStore.
+func (s *State) QuotaGet(ctx context.Context, tenant string, now time.Time) (whatsapp.QuotaStatus, error) {
 	st, _, err := s.runQuota(ctx, tenant, now, false)
 	return st, err
 }
 
-// QuotaSetLimit implements QuotaStore.
-func (s *RedisState) QuotaSetLimit(ctx context.Context, tenant string, limit int64) error {
+// QuotaSetLimit implements whatsapp.QuotaStore.
+func (s *State) QuotaSetLimit(ctx context.Context, tenant string, limit int64) error {
 	k := s.prefix + "limit:" + tenant
 	switch {
 	case limit < 0:
-		return errors.New("whatsapp: negative quota limit")
+		return errors.New("redisstate: negative quota limit")
 	case limit == 0:
 		return s.wrap("set limit", s.c.Del(ctx, k).Err())
 	default:
@@ -173,21 +184,28 @@ end
 return 1
 `)
 
-// QuotaThrottle implements QuotaStore.
-func (s *RedisState) QuotaThrottle(ctx context.Context, tenant string, until, now time.Time) error {
+// QuotaThrottle implements whatsapp.QuotaStore.
+func (s *State) QuotaThrottle(ctx context.Context, tenant string, until, now time.Time) error {
 	err := throttleScript.Run(ctx, s.c, []string{s.prefix + "throttle:" + tenant}, until.UnixMilli(), now.UnixMilli()).Err()
 	return s.wrap("throttle", err)
 }
 
-// InboundClaim implements Deduper with SET NX and the dedup TTL.
-func (s *RedisState) InboundClaim(ctx context.Context, tenant, id string, _ time.Time) (bool, error) {
+// InboundClaim implements whatsapp.Deduper with SET NX and the dedup TTL.
+func (s *State) InboundClaim(ctx context.Context, tenant, id string, _ time.Time) (bool, error) {
 	ok, err := s.c.SetNX(ctx, s.prefix+"seen:"+tenant+":"+id, 1, s.opts.DedupTTL).Result()
 	return ok, s.wrap("inbound claim", err)
 }
 
-// InboundRelease implements Deduper.
-func (s *RedisState) InboundRelease(ctx context.Context, tenant, id string) error {
+// InboundRelease implements whatsapp.Deduper.
+func (s *State) InboundRelease(ctx context.Context, tenant, id string) error {
 	return s.wrap("inbound release", s.c.Del(ctx, s.prefix+"seen:"+tenant+":"+id).Err())
 }
 
-var _ State = (*RedisState)(nil)
+var _ whatsapp.State = (*State)(nil)
+
+func msTime(ms int64) time.Time {
+	if ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
