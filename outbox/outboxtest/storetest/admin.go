@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -29,9 +31,7 @@ func setupAdmin[TTx any](t *testing.T, h Harness[TTx]) *adminEnv[TTx] {
 func (e *adminEnv[TTx]) enqueueAt(at time.Time, msgs ...outbox.Message) []outbox.Message {
 	e.t.Helper()
 	res, err := outbox.New[TTx](e.b.Enqueuer, outbox.Options{Clock: fixedClock{at}}).Enqueue(e.ctx, msgs...)
-	if err != nil {
-		e.t.Fatalf("Enqueue: %v", err)
-	}
+	require.NoError(e.t, err, "Enqueue")
 	out := make([]outbox.Message, len(res))
 	for i := range res {
 		out[i] = res[i].Message
@@ -86,9 +86,7 @@ func (e *adminEnv[TTx]) search(f outbox.MessageFilter) []outbox.Message {
 	p := outbox.MessageSearchParams{Filter: f, Limit: 2}
 	for range 100 {
 		page, err := e.a.MessageSearch(e.ctx, p)
-		if err != nil {
-			e.t.Fatalf("MessageSearch(%+v): %v", f, err)
-		}
+		require.NoError(e.t, err, "MessageSearch(%+v)", f)
 		all = append(all, page.Messages...)
 		if page.NextAfterSeq == 0 {
 			return all
@@ -143,9 +141,7 @@ func testAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 		e.enqueueAt(e.at(2*time.Minute), msg("sms", "", 4))
 		e.settle("x", first, old[1:])
 		stats, err := e.a.TopicStats(e.ctx, outbox.TopicStatsParams{})
-		if err != nil {
-			t.Fatalf("TopicStats: %v", err)
-		}
+		require.NoError(t, err, "TopicStats")
 		if len(stats) != 2 || stats[0].Topic != "orders" || stats[1].Topic != "sms" {
 			t.Fatalf("TopicStats = %+v, want orders and sms", stats)
 		}
@@ -157,9 +153,7 @@ func testAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 			t.Errorf("OldestPendingAge = %v, want 1m", got)
 		}
 		stats, err = e.a.TopicStats(e.ctx, outbox.TopicStatsParams{Tenants: []string{"A"}})
-		if err != nil {
-			t.Fatalf("TopicStats(A): %v", err)
-		}
+		require.NoError(t, err, "TopicStats(A)")
 		if len(stats) != 1 || !stats[0].OldestPendingAt.IsZero() || stats[0].Counts[outbox.StatusSent] != 1 {
 			t.Errorf("TopicStats(A) = %+v, want orders with 1 SENT and no pending", stats)
 		}
@@ -234,9 +228,7 @@ func testAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 			{Topic: "orders", Now: e.at(0)}, // again: no error
 			{Topic: "sms", Group: "g1", Tenant: "B", Now: e.at(0)},
 		} {
-			if err := e.a.PauseAdd(e.ctx, p); err != nil {
-				t.Fatalf("PauseAdd(%+v): %v", p, err)
-			}
+			require.NoError(t, e.a.PauseAdd(e.ctx, p), "PauseAdd(%+v)", p)
 		}
 		pauses, err := e.a.PauseList(e.ctx, outbox.PauseListParams{})
 		if err != nil || len(pauses) != 2 || pauses[0].Topic != "orders" || pauses[0].Group != "" || pauses[1].Topic != "sms" || pauses[1].Tenant != "B" {
@@ -255,9 +247,7 @@ func testAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 		if ok, err := e.a.PauseRemove(e.ctx, outbox.PauseRemoveParams{Topic: "orders"}); err != nil || ok {
 			t.Fatalf("PauseRemove(orders) again = %v, %v; want false", ok, err)
 		}
-		if err := e.a.PauseAdd(e.ctx, outbox.PauseAddParams{Topic: "orders", Group: "g1", Tenant: "B", Now: e.at(0)}); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, e.a.PauseAdd(e.ctx, outbox.PauseAddParams{Topic: "orders", Group: "g1", Tenant: "B", Now: e.at(0)}))
 		wantIDs(t, "claim while orders/g1 of B is paused", e.claim("o", 100, e.at(time.Minute)), o1[0], o1[1], o2[1])
 		if ok, err := e.a.PauseRemove(e.ctx, outbox.PauseRemoveParams{Topic: "orders", Group: "g1", Tenant: "B"}); err != nil || !ok {
 			t.Fatalf("PauseRemove(orders/g1/B) = %v, %v; want true", ok, err)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -21,9 +23,7 @@ func testEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 			Headers: map[string]string{"traceparent": "00-abc-def-01"}, MaxAttempts: 3,
 		}
 		res, err := e.ob.EnqueueTx(e.ctx, tx, in)
-		if err != nil {
-			t.Fatalf("EnqueueTx: %v", err)
-		}
+		require.NoError(t, err, "EnqueueTx")
 		e.commit(tx)
 		if len(res) != 1 || res[0].Existed {
 			t.Fatalf("EnqueueTx: %+v, want one new message", res)
@@ -54,12 +54,8 @@ func testEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 		e := setup(t, h)
 		tx := e.begin()
 		res, err := e.ob.EnqueueTx(e.ctx, tx, msg("t", "g", 1), msg("t", "", 2))
-		if err != nil {
-			t.Fatalf("EnqueueTx: %v", err)
-		}
-		if err := e.b.Rollback(e.ctx, tx); err != nil {
-			t.Fatalf("Rollback: %v", err)
-		}
+		require.NoError(t, err, "EnqueueTx")
+		require.NoError(t, e.b.Rollback(e.ctx, tx), "Rollback")
 		for _, r := range res {
 			_, err := e.s.MessageGet(e.ctx, outbox.MessageGetParams{ID: r.Message.ID})
 			wantErrIs(t, "MessageGet of a rolled-back message", err, outbox.ErrNotFound)
@@ -107,9 +103,7 @@ func testEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 
 		tx := e.begin()
 		res, err := e.ob.EnqueueTx(e.ctx, tx, outbox.Message{Tenant: "a", Topic: "t", IdempotencyKey: "k", Payload: json.RawMessage(`{"v":2}`)})
-		if err != nil {
-			t.Fatalf("EnqueueTx of a repeated key: %v", err)
-		}
+		require.NoError(t, err, "EnqueueTx of a repeated key")
 		if len(res) != 1 || !res[0].Existed || res[0].Message.ID != orig.ID || !jsonEqual(res[0].Message.Payload, orig.Payload) {
 			t.Fatalf("repeat: %+v, want the original %s with Existed", res, orig.ID)
 		}
@@ -119,9 +113,7 @@ func testEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 			outbox.Message{Tenant: "a", Topic: "t", IdempotencyKey: "k2", Payload: json.RawMessage(`3`)},
 			outbox.Message{Tenant: "a", Topic: "t", IdempotencyKey: "k2", Payload: json.RawMessage(`4`)},
 			outbox.Message{Tenant: "b", Topic: "t", IdempotencyKey: "k", Payload: json.RawMessage(`5`)})
-		if err != nil {
-			t.Fatalf("EnqueueTx after a repeat: %v", err)
-		}
+		require.NoError(t, err, "EnqueueTx after a repeat")
 		if res[0].Existed || !res[1].Existed || res[1].Message.ID != res[0].Message.ID || res[2].Existed {
 			t.Fatalf("repeat within one call: %+v; want new, existed (same ID), new (other tenant)", res)
 		}
@@ -139,9 +131,7 @@ func testEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 		// The original moves on; a repeat still returns it as it is now.
 		e.sent("p", e.t0, e.claim("p", 1, e.t0)...)
 		res, err := e.ob.Enqueue(e.ctx, in)
-		if err != nil {
-			t.Fatalf("Enqueue of a repeated key: %v", err)
-		}
+		require.NoError(t, err, "Enqueue of a repeated key")
 		if !res[0].Existed || res[0].Message.ID != orig.ID || res[0].Message.Status != outbox.StatusSent {
 			t.Fatalf("repeat: %+v; want the original, SENT, with Existed", res[0])
 		}
@@ -186,14 +176,10 @@ func testEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 		wantErrIs(t, "a batch with an invalid message", err, outbox.ErrInvalidInput)
 		e.usable(tx)
 		good, err := e.ob.EnqueueTx(e.ctx, tx, msg("t", "", 2))
-		if err != nil {
-			t.Fatalf("EnqueueTx after invalid input: %v", err)
-		}
+		require.NoError(t, err, "EnqueueTx after invalid input")
 		e.commit(tx)
 		page, err := e.s.MessageList(e.ctx, outbox.MessageListParams{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		wantIDs(t, "messages after invalid input", page.Messages, good[0].Message)
 
 		_, err = e.b.Enqueuer.MessageEnqueue(e.ctx, outbox.MessageEnqueueParams{Messages: []outbox.Message{msg("t", "", 3), bad[1]}, Now: e.t0})
@@ -209,9 +195,7 @@ func testEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 			Messages: []outbox.Message{{Topic: "t", Payload: json.RawMessage(`1`), Status: outbox.StatusSent, Attempts: 4}},
 			Now:      e.t0,
 		})
-		if err != nil {
-			t.Fatalf("MessageEnqueue: %v", err)
-		}
+		require.NoError(t, err, "MessageEnqueue")
 		m := e.get("", res[0].Message.ID)
 		if m.ID == "" || m.IdempotencyKey == "" || m.Status != outbox.StatusPending || m.Attempts != 0 {
 			t.Fatalf("direct enqueue stored %+v; want an ID, a key, PENDING, 0 attempts", m)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -74,9 +76,7 @@ func (e *inboxEnv[TTx]) handleIn(consumer, tenant, id string) bool {
 func (e *inboxEnv[TTx]) effects() []string {
 	e.t.Helper()
 	page, err := e.s.MessageList(e.ctx, outbox.MessageListParams{Topic: effectTopic, Limit: 1000})
-	if err != nil {
-		e.t.Fatalf("MessageList: %v", err)
-	}
+	require.NoError(e.t, err, "MessageList")
 	out := make([]string, len(page.Messages))
 	for i, m := range page.Messages {
 		out[i] = string(m.Payload)
@@ -152,9 +152,7 @@ func testInbox[TTx any](t *testing.T, h Harness[TTx]) {
 		if !ran || !errors.Is(err, errHandler) {
 			t.Fatalf("failing handler: ran %v, err %v; want it run and its error returned", ran, err)
 		}
-		if err := e.b.Rollback(e.ctx, tx); err != nil {
-			t.Fatalf("Rollback: %v", err)
-		}
+		require.NoError(t, e.b.Rollback(e.ctx, tx), "Rollback")
 		e.wantEffects(0)
 		// The rolled-back transaction left no record: the redelivery runs.
 		if !e.handleIn("billing", "", "m1") {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -237,9 +239,7 @@ func testRecover[TTx any](t *testing.T, h Harness[TTx]) {
 		e.claim("dead-processor", 1, e.t0)
 		e.claim("live-processor", 1, e.at(10*time.Minute))
 		res, err := e.s.MessageRecover(e.ctx, outbox.MessageRecoverParams{ClaimedBefore: e.at(5 * time.Minute), Now: e.at(15 * time.Minute), MaxAttempts: 5})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if res.Recovered != 1 || res.DeadLettered != 0 {
 			t.Fatalf("MessageRecover: %+v, want 1 recovered", res)
 		}
@@ -273,9 +273,7 @@ func testRecover[TTx any](t *testing.T, h Harness[TTx]) {
 		e.claim("p", 3, e.t0) // ms[2], attempt 2
 		// ms[0] used its own 1 attempt; ms[1] has 1 of the default 2; ms[2] 2 of 2.
 		res, err := e.s.MessageRecover(e.ctx, outbox.MessageRecoverParams{ClaimedBefore: e.at(time.Minute), Now: e.at(time.Minute), MaxAttempts: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if res.Recovered != 1 || res.DeadLettered != 2 {
 			t.Fatalf("MessageRecover: %+v, want 1 recovered and 2 dead-lettered", res)
 		}
@@ -302,9 +300,7 @@ func testOperator[TTx any](t *testing.T, h Harness[TTx]) {
 		e.wantStatus("a", m.ID, outbox.StatusFailed)
 
 		got, err := e.s.MessageRequeue(e.ctx, outbox.MessageRequeueParams{Tenant: "a", ID: m.ID, Now: e.at(time.Hour)})
-		if err != nil {
-			t.Fatalf("MessageRequeue: %v", err)
-		}
+		require.NoError(t, err, "MessageRequeue")
 		if got.Status != outbox.StatusPending || got.Attempts != 0 || got.ID != m.ID {
 			t.Fatalf("requeued: %+v", got)
 		}
@@ -348,9 +344,7 @@ func testOperator[TTx any](t *testing.T, h Harness[TTx]) {
 		e.wantStatus("a", ms[2].ID, outbox.StatusPending)
 
 		got, err := e.s.MessageCancel(e.ctx, outbox.MessageCancelParams{Tenant: "a", ID: ms[2].ID, Now: e.at(time.Second)})
-		if err != nil {
-			t.Fatalf("MessageCancel: %v", err)
-		}
+		require.NoError(t, err, "MessageCancel")
 		if got.Status != outbox.StatusCancelled {
 			t.Fatalf("cancelled: status %s", got.Status)
 		}

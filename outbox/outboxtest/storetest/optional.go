@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -72,13 +74,9 @@ func testOptional[TTx any](t *testing.T, h Harness[TTx]) {
 		before := e.enqueue(msg("t", "", 1))[0]
 		tx := e.begin()
 		res, err := e.ob.EnqueueTx(e.ctx, tx, msg("t", "", 2))
-		if err != nil {
-			t.Fatalf("EnqueueTx: %v", err)
-		}
+		require.NoError(t, err, "EnqueueTx")
 		page, err := l.MessageListTx(e.ctx, tx, outbox.MessageListParams{})
-		if err != nil {
-			t.Fatalf("MessageListTx: %v", err)
-		}
+		require.NoError(t, err, "MessageListTx")
 		wantIDs(t, "MessageListTx in the transaction", page.Messages, before, res[0].Message)
 		e.usable(tx)
 		e.commit(tx)

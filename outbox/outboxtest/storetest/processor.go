@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -107,9 +109,7 @@ func (e *env[TTx]) waitFor(timeout time.Duration, what string, done func(map[out
 	deadline := time.Now().Add(timeout)
 	for {
 		c, err := e.s.MessageCount(e.ctx, outbox.MessageCountParams{})
-		if err != nil {
-			e.t.Fatalf("MessageCount: %v", err)
-		}
+		require.NoError(e.t, err, "MessageCount")
 		if done(c) {
 			return c
 		}
@@ -332,9 +332,7 @@ func testProcessor[TTx any](t *testing.T, h Harness[TTx]) {
 			}
 		}
 		page, err := e.s.MessageList(e.ctx, outbox.MessageListParams{Status: outbox.StatusPending, Limit: 1000})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for _, m := range page.Messages {
 			if !published[m.ID] && m.Attempts != 0 {
 				t.Fatalf("message %s was never published but has %d attempts: a release must not count one", m.ID, m.Attempts)
@@ -365,9 +363,7 @@ func testProcessor[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("RunStopsOnCancelWithNothingToDo", func(t *testing.T) {
 		e := setup(t, h)
 		p, err := outbox.NewProcessor(e.s, (&pubLog{}).publisher(), outbox.Config{AllTopics: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(e.ctx)
 		done := make(chan error, 1)
 		go func() { done <- p.Run(ctx) }()

@@ -4,15 +4,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
 func (e *env[TTx]) list(p outbox.MessageListParams) outbox.MessagePage {
 	e.t.Helper()
 	page, err := e.s.MessageList(e.ctx, p)
-	if err != nil {
-		e.t.Fatalf("MessageList(%+v): %v", p, err)
-	}
+	require.NoError(e.t, err, "MessageList(%+v)", p)
 	return page
 }
 
@@ -50,9 +50,7 @@ func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
 		e.enqueue(msg("a", "", 0), msg("a", "g", 1), other, later)
 		e.claim("p", 1, e.t0) // one of topic a is PROCESSING: not pending
 		got, err := l.MessagePendingTopics(e.ctx, outbox.MessagePendingTopicsParams{DueBefore: e.at(time.Minute)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		want := []outbox.PendingTopic{{Topic: "a", Messages: 1, OldestDueAt: e.t0}, {Topic: "b", Messages: 1, OldestDueAt: e.t0}}
 		if len(got) != len(want) {
 			t.Fatalf("pending topics = %+v, want %+v", got, want)
@@ -176,9 +174,7 @@ func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
 		wantCounts(t, e.count("a"), map[outbox.Status]int64{outbox.StatusPending: 2})
 		wantCounts(t, e.count("b"), map[outbox.Status]int64{outbox.StatusPending: 1})
 		all, err := e.s.MessageCount(e.ctx, outbox.MessageCountParams{AllTenants: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		wantCounts(t, all, map[outbox.Status]int64{outbox.StatusPending: 3})
 		// Attempts are tenant-scoped too.
 		c := e.claim("p", 3, e.t0)

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -21,9 +23,7 @@ func (e *env[TTx]) sentMessage(tenant, pid string) outbox.Message {
 func (e *env[TTx]) receipt(r outbox.Receipt) outbox.ReceiptResult {
 	e.t.Helper()
 	res, err := e.s.MessageApplyReceipt(e.ctx, outbox.MessageApplyReceiptParams{Receipt: r})
-	if err != nil {
-		e.t.Fatalf("MessageApplyReceipt(%+v): %v", r, err)
-	}
+	require.NoError(e.t, err, "MessageApplyReceipt(%+v)", r)
 	return res
 }
 

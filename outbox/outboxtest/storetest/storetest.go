@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -95,9 +97,7 @@ func msg(topic, group string, n int) outbox.Message {
 func (e *env[TTx]) enqueue(msgs ...outbox.Message) []outbox.Message {
 	e.t.Helper()
 	res, err := e.ob.Enqueue(e.ctx, msgs...)
-	if err != nil {
-		e.t.Fatalf("Enqueue: %v", err)
-	}
+	require.NoError(e.t, err, "Enqueue")
 	if len(res) != len(msgs) {
 		e.t.Fatalf("Enqueue returned %d results for %d messages", len(res), len(msgs))
 	}
@@ -124,9 +124,7 @@ func (e *env[TTx]) enqueueN(topic, group string, n int) []outbox.Message {
 func (e *env[TTx]) claimP(p outbox.MessageClaimParams) []outbox.Message {
 	e.t.Helper()
 	got, err := e.s.MessageClaim(e.ctx, p)
-	if err != nil {
-		e.t.Fatalf("MessageClaim(%+v): %v", p, err)
-	}
+	require.NoError(e.t, err, "MessageClaim(%+v)", p)
 	for i := 1; i < len(got); i++ {
 		if got[i-1].Seq >= got[i].Seq {
 			e.t.Fatalf("MessageClaim returned messages out of Seq order: %d then %d", got[i-1].Seq, got[i].Seq)
@@ -144,18 +142,14 @@ func (e *env[TTx]) claim(owner string, limit int, now time.Time) []outbox.Messag
 func (e *env[TTx]) get(tenant, id string) outbox.Message {
 	e.t.Helper()
 	m, err := e.s.MessageGet(e.ctx, outbox.MessageGetParams{Tenant: tenant, ID: id})
-	if err != nil {
-		e.t.Fatalf("MessageGet(%q, %s): %v", tenant, id, err)
-	}
+	require.NoError(e.t, err, "MessageGet(%q, %s)", tenant, id)
 	return m
 }
 
 func (e *env[TTx]) finish(p outbox.MessageFinishParams) outbox.FinishResult {
 	e.t.Helper()
 	res, err := e.s.MessageFinish(e.ctx, p)
-	if err != nil {
-		e.t.Fatalf("MessageFinish: %v", err)
-	}
+	require.NoError(e.t, err, "MessageFinish")
 	return res
 }
 
@@ -174,42 +168,32 @@ func (e *env[TTx]) sent(owner string, now time.Time, msgs ...outbox.Message) {
 func (e *env[TTx]) attempts(tenant, id string) []outbox.Attempt {
 	e.t.Helper()
 	a, err := e.s.AttemptList(e.ctx, outbox.AttemptListParams{Tenant: tenant, MessageID: id})
-	if err != nil {
-		e.t.Fatalf("AttemptList(%q, %s): %v", tenant, id, err)
-	}
+	require.NoError(e.t, err, "AttemptList(%q, %s)", tenant, id)
 	return a
 }
 
 func (e *env[TTx]) count(tenant string) map[outbox.Status]int64 {
 	e.t.Helper()
 	c, err := e.s.MessageCount(e.ctx, outbox.MessageCountParams{Tenant: tenant})
-	if err != nil {
-		e.t.Fatalf("MessageCount(%q): %v", tenant, err)
-	}
+	require.NoError(e.t, err, "MessageCount(%q)", tenant)
 	return c
 }
 
 func (e *env[TTx]) begin() TTx {
 	e.t.Helper()
 	tx, err := e.b.Begin(e.ctx)
-	if err != nil {
-		e.t.Fatalf("Begin: %v", err)
-	}
+	require.NoError(e.t, err, "Begin")
 	return tx
 }
 
 func (e *env[TTx]) commit(tx TTx) {
 	e.t.Helper()
-	if err := e.b.Commit(e.ctx, tx); err != nil {
-		e.t.Fatalf("Commit: %v", err)
-	}
+	require.NoError(e.t, e.b.Commit(e.ctx, tx), "Commit")
 }
 
 func (e *env[TTx]) usable(tx TTx) {
 	e.t.Helper()
-	if err := e.b.Usable(e.ctx, tx); err != nil {
-		e.t.Fatalf("the caller's transaction is no longer usable: %v", err)
-	}
+	require.NoError(e.t, e.b.Usable(e.ctx, tx), "the caller's transaction is no longer usable")
 }
 
 // wantStatus fails unless the message is in status want.
