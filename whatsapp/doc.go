@@ -11,7 +11,7 @@
 //	creds := whatsapp.StaticCredentials{"org-1": {PhoneNumberID: "1065...", AccessToken: tok, AppSecret: sec, VerifyToken: vt}}
 //	sqlState, _ := whatsapp.NewSQLState(db, whatsapp.SQLOptions{Dialect: whatsapp.DialectPostgres})
 //	state := &whatsapp.Fallback{ // Redis first; the SQL tables while Redis is down
-//		Primary:   redisstate.New(redisClient, redisstate.Options{}) // package whatsapp/redisstate,
+//		Primary:   redisstate.New(redisClient, redisstate.Options{}), // package whatsapp/redisstate
 //		Secondary: sqlState,
 //	}
 //	pub, _ := whatsapp.NewPublisher(whatsapp.Config{Credentials: creds, Windows: state, Quotas: state})
