@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -68,6 +69,14 @@ type Config struct {
 	// DefaultMaxAttempts (6: the first attempt and the five retries of
 	// DefaultSchedule).
 	MaxAttempts int
+	// DeadLetter says, per topic, what a dead letter of an ordered group
+	// does to the messages behind it: DeadLetterContinue (the group moves
+	// on) or DeadLetterBlock (the group waits until the dead letter is
+	// requeued or cancelled). Defaults to DeadLetterContinue for every
+	// topic. A topic named in DeadLetter.ByTopic must be one this
+	// processor claims (Topics, or the publisher's topics), unless
+	// AllTopics is set.
+	DeadLetter DeadLetterRule
 	// Backoff computes retry delays. Defaults to DefaultSchedule, no jitter.
 	Backoff Backoff
 	// Leader, when set, gates claiming and recovery: a processor that is
@@ -166,6 +175,16 @@ func (c Config) Validate() error {
 	}
 	if c.AllTopics && len(c.Topics) > 0 {
 		return invalid("Config.AllTopics", "is set together with Config.Topics: choose one")
+	}
+	if err := c.DeadLetter.Validate("Config.DeadLetter"); err != nil {
+		return err
+	}
+	if !c.AllTopics && len(c.Topics) > 0 {
+		for t := range c.DeadLetter.ByTopic {
+			if !slices.Contains(c.Topics, t) {
+				return invalid("Config.DeadLetter.ByTopic", fmt.Sprintf("names topic %q, which this processor does not claim (Config.Topics: %v)", t, c.Topics))
+			}
+		}
 	}
 	return nil
 }

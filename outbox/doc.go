@@ -73,7 +73,8 @@
 //
 // PENDING → PROCESSING → SENT → DELIVERED; PROCESSING → PENDING (retry,
 // release, expired lease); PROCESSING → FAILED (dead letter); SENT → FAILED
-// (failed receipt); PENDING → CANCELLED; FAILED → PENDING (requeue). See
+// (failed receipt); PENDING → CANCELLED; FAILED → PENDING (requeue);
+// FAILED → CANCELLED (a dead letter given up). See
 // Transition and docs/state_machine.md.
 //
 // # Stores

@@ -63,6 +63,11 @@ type Message struct {
 	ClaimedBy string
 	// SentAt, DeliveredAt and ReadAt track delivery; zero means not yet.
 	SentAt, DeliveredAt, ReadAt time.Time
+	// BlocksGroup reports a dead letter (FAILED) that holds its group: it
+	// was dead-lettered under DeadLetterBlock, and the later messages of its
+	// (Tenant, Topic, Group) are not claimed until it is requeued or
+	// cancelled. Read-only; false in every other status.
+	BlocksGroup bool
 }
 
 // GroupKey identifies the FIFO scope of m: tenant, topic and group.

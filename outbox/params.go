@@ -114,7 +114,7 @@ func (p MessageRecoverParams) Validate() error {
 	if p.MaxAttempts < 0 {
 		return invalid("MaxAttempts", "must not be negative")
 	}
-	return nil
+	return p.DeadLetter.Validate("DeadLetter")
 }
 
 // Validate checks that Before is set and Limit is not negative.

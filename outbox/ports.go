@@ -23,14 +23,18 @@ type Store interface {
 	// that provider message ID in that tenant, with ApplyReceipt's rule. It
 	// returns ErrNotFound when no such message exists in the tenant.
 	MessageApplyReceipt(ctx context.Context, p MessageApplyReceiptParams) (ReceiptResult, error)
-	// MessageCancel moves a PENDING message to CANCELLED; other statuses
-	// return an error wrapping ErrInvalidTransition.
+	// MessageCancel moves a PENDING message, or a dead letter (FAILED), to
+	// CANCELLED; other statuses return an error wrapping
+	// ErrInvalidTransition. Cancelling a dead letter that blocks its group
+	// (BlocksGroup) releases the group.
 	MessageCancel(ctx context.Context, p MessageCancelParams) (Message, error)
 	// MessageClaim atomically leases up to Limit due messages (PENDING,
 	// NextAttemptAt <= Now) to Owner: status PROCESSING, Attempts+1,
 	// ClaimedAt = Now. It keeps FIFO per group: a message is not claimed
-	// while an earlier message of its group (smaller Seq) is PROCESSING or
-	// PENDING and not claimed in the same call. Results are ordered by Seq.
+	// while an earlier message of its group (smaller Seq) is PROCESSING,
+	// PENDING and not claimed in the same call, or a dead letter that
+	// blocks its group (FAILED with BlocksGroup). Results are ordered by
+	// Seq.
 	MessageClaim(ctx context.Context, p MessageClaimParams) ([]Message, error)
 	// MessageCount counts messages by status (every status is present in the
 	// map, possibly 0).
@@ -49,15 +53,20 @@ type Store interface {
 	MessageList(ctx context.Context, p MessageListParams) (MessagePage, error)
 	// MessagePrune deletes finished messages (SENT, DELIVERED, FAILED,
 	// CANCELLED) last updated before Before, with their attempts, at most
-	// Limit per call, and returns how many it deleted.
+	// Limit per call, and returns how many it deleted. A dead letter that
+	// blocks its group is kept: deleting it would release the group
+	// unseen.
 	MessagePrune(ctx context.Context, p MessagePruneParams) (int, error)
 	// MessageRecover puts back to PENDING every PROCESSING message claimed
 	// before ClaimedBefore (an expired lease: its processor died). A message
-	// that has used all its attempts is dead-lettered instead. Returns how
-	// many were recovered and dead-lettered.
+	// that has used all its attempts is dead-lettered instead, blocking its
+	// group when DeadLetter says so. Returns how many were recovered and
+	// dead-lettered.
 	MessageRecover(ctx context.Context, p MessageRecoverParams) (RecoverResult, error)
 	// MessageRequeue moves a FAILED message back to PENDING, due now, with
-	// its attempts reset; other statuses return ErrInvalidTransition.
+	// its attempts reset (and BlocksGroup cleared: a dead letter that
+	// blocked its group is published before the messages behind it); other
+	// statuses return ErrInvalidTransition.
 	MessageRequeue(ctx context.Context, p MessageRequeueParams) (Message, error)
 }
 
@@ -248,6 +257,10 @@ type MessageListParams struct {
 	Status Status
 	Topic  string
 	Group  string
+	// BlocksGroup, when true, lists only the dead letters that block their
+	// group (Message.BlocksGroup): the groups an operator must requeue or
+	// cancel to release.
+	BlocksGroup bool
 	// AfterSeq continues a listing: pass the previous page's NextAfterSeq.
 	AfterSeq int64
 	// Limit defaults to 100, at most 1000.
@@ -277,6 +290,9 @@ type MessageRecoverParams struct {
 	Now           time.Time
 	// MaxAttempts is used for messages whose MaxAttempts is 0.
 	MaxAttempts int
+	// DeadLetter says which of the messages dead-lettered here block their
+	// group (see DeadLetterRule.Blocks). The zero value blocks none.
+	DeadLetter DeadLetterRule
 }
 
 // RecoverResult counts what recovery did.

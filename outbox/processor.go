@@ -87,6 +87,9 @@ func NewProcessor(store Store, pub Publisher, cfg Config) (*Processor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkDeadLetterStore(cfg.DeadLetter, store); err != nil {
+		return nil, err
+	}
 	p := &Processor{
 		store:  store,
 		pub:    pub,
@@ -308,6 +311,7 @@ func (p *Processor) recoveryLoop(ctx context.Context) {
 			now := p.cfg.Clock.Now()
 			res, err := p.store.MessageRecover(ctx, MessageRecoverParams{
 				ClaimedBefore: now.Add(-p.cfg.ProcessingTimeout), Now: now, MaxAttempts: p.cfg.MaxAttempts,
+				DeadLetter: p.cfg.DeadLetter,
 			})
 			switch {
 			case err != nil && ctx.Err() == nil:

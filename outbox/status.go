@@ -22,7 +22,8 @@ const (
 	// StatusDelivered: the provider confirmed delivery (a read receipt keeps
 	// this status and sets ReadAt).
 	StatusDelivered Status = "DELIVERED"
-	// StatusFailed: dead letter. Terminal except for an explicit requeue.
+	// StatusFailed: dead letter. Terminal except for an explicit requeue
+	// (back to PENDING) or cancel (CANCELLED: given up for good).
 	StatusFailed Status = "FAILED"
 	// StatusCancelled: cancelled before it was published. Terminal.
 	StatusCancelled Status = "CANCELLED"
@@ -61,7 +62,7 @@ const (
 	EventDeadLetter       Event = "dead_letter"       // a permanent failure or attempts exhausted
 	EventRelease          Event = "release"           // claimed but not started (shutdown, group blocked): back to PENDING
 	EventLeaseExpired     Event = "lease_expired"     // the processor died: recovery puts it back to PENDING
-	EventCancel           Event = "cancel"            // an operator or the application cancels it
+	EventCancel           Event = "cancel"            // an operator or the application cancels it (PENDING, or a dead letter given up)
 	EventRequeue          Event = "requeue"           // an operator retries a dead letter
 	EventReceiptSent      Event = "receipt_sent"      // provider receipt: sent
 	EventReceiptDelivered Event = "receipt_delivered" // provider receipt: delivered
@@ -111,13 +112,15 @@ var transitions = map[Status]map[Event]Status{
 	},
 	StatusFailed: {
 		EventRequeue: StatusPending,
+		EventCancel:  StatusCancelled,
 	},
 	StatusCancelled: {},
 }
 
 // Transition returns the status a message in status from moves to on event
 // ev, or an error wrapping ErrInvalidTransition when the move is not allowed.
-// FAILED and CANCELLED are terminal (FAILED leaves only by EventRequeue);
+// FAILED and CANCELLED are terminal (FAILED leaves only by EventRequeue or
+// EventCancel);
 // receipts never move a message backwards.
 func Transition(from Status, ev Event) (Status, error) {
 	if to, ok := transitions[from][ev]; ok {

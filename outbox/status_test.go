@@ -25,7 +25,7 @@ func TestTransitionTable(t *testing.T) {
 		StatusDelivered: {
 			EventReceiptSent: StatusDelivered, EventReceiptDelivered: StatusDelivered, EventReceiptRead: StatusDelivered,
 		},
-		StatusFailed:    {EventRequeue: StatusPending},
+		StatusFailed:    {EventRequeue: StatusPending, EventCancel: StatusCancelled},
 		StatusCancelled: {},
 	}
 	for _, from := range Statuses() {
@@ -57,8 +57,8 @@ func TestTerminalAndNoDowngrade(t *testing.T) {
 		if to, err := Transition(StatusCancelled, ev); err == nil {
 			t.Errorf("CANCELLED is terminal but %s moves it to %s", ev, to)
 		}
-		if to, err := Transition(StatusFailed, ev); err == nil && ev != EventRequeue {
-			t.Errorf("FAILED leaves only by requeue, but %s moves it to %s", ev, to)
+		if to, err := Transition(StatusFailed, ev); err == nil && ev != EventRequeue && ev != EventCancel {
+			t.Errorf("FAILED leaves only by requeue or cancel, but %s moves it to %s", ev, to)
 		}
 		if to, err := Transition(StatusDelivered, ev); err == nil && to != StatusDelivered {
 			t.Errorf("DELIVERED must never go back, %s moves it to %s", ev, to)
