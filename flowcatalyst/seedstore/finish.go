@@ -2,6 +2,7 @@ package seedstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -201,6 +202,9 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	if p.MaxAttempts < 1 {
 		return outbox.RecoverResult{}, outbox.InvalidParam("MaxAttempts", "must be positive")
 	}
+	if err := noBlocking(p.DeadLetter); err != nil {
+		return outbox.RecoverResult{}, err
+	}
 	before := at(p.ClaimedBefore)
 	timeout := max(at(p.Now).Sub(before), 0).Microseconds()
 	var res outbox.RecoverResult
@@ -246,4 +250,15 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	}
 	s.mu.Unlock()
 	return res, nil
+}
+
+// noBlocking refuses a dead-letter rule that blocks some topic: the seed's
+// tables have no place to mark a dead letter that holds its group (the
+// store does not implement outbox.DeadLetterBlocker, so a processor refuses
+// such a rule at start).
+func noBlocking(r outbox.DeadLetterRule) error {
+	if def, block, _ := r.BlockingTopics(); def || len(block) > 0 {
+		return fmt.Errorf("seedstore: dead letters cannot block their group on the seed's tables: %w", errors.ErrUnsupported)
+	}
+	return nil
 }

@@ -42,8 +42,8 @@ func (s *Store) MessageGet(ctx context.Context, p outbox.MessageGetParams) (outb
 // MessageList returns rows ordered by id (a TSID, so by creation), filtered
 // by status, topic and group. Pagination (AfterSeq) works for TSID ids.
 func (s *Store) MessageList(ctx context.Context, p outbox.MessageListParams) (outbox.MessagePage, error) {
-	if p.Tenant != "" {
-		return outbox.MessagePage{}, nil
+	if p.Tenant != "" || p.BlocksGroup {
+		return outbox.MessagePage{}, nil // no tenants, no blocking dead letters
 	}
 	limit := p.Limit
 	if limit <= 0 {

@@ -70,6 +70,9 @@ func (s *Store) list(ctx context.Context, q Querier, p outbox.MessageListParams)
 	if p.Group != "" {
 		where, args = append(where, "grp = ?"), append(args, p.Group)
 	}
+	if p.BlocksGroup {
+		where = append(where, "status = 'FAILED'", "blocks_group = 1")
+	}
 	args = append(args, limit+1)
 	rows, err := q.QueryContext(ctx, `SELECT `+MessageCols+` FROM `+s.messages+
 		` WHERE `+strings.Join(where, " AND ")+` ORDER BY seq LIMIT ?`, args...)
@@ -194,23 +197,25 @@ func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParam
 	}
 	now := s.d.Time(s.now(p.Now))
 	return s.transition(ctx, p.Tenant, p.ID, outbox.EventRequeue,
-		`status = 'PENDING', attempts = 0, next_attempt_at = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL`,
+		`status = 'PENDING', attempts = 0, next_attempt_at = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL, blocks_group = 0`,
 		now, now)
 }
 
-// MessageCancel implements outbox.Store: a PENDING message becomes
-// CANCELLED. Other statuses return an error wrapping
-// outbox.ErrInvalidTransition; an unknown ID one wrapping outbox.ErrNotFound.
+// MessageCancel implements outbox.Store: a PENDING message or a dead letter
+// (FAILED) becomes CANCELLED; a dead letter that blocked its group releases
+// it. Other statuses return an error wrapping outbox.ErrInvalidTransition;
+// an unknown ID one wrapping outbox.ErrNotFound.
 func (s *Store) MessageCancel(ctx context.Context, p outbox.MessageCancelParams) (outbox.Message, error) {
 	if err := p.Validate(); err != nil {
 		return outbox.Message{}, err
 	}
-	return s.transition(ctx, p.Tenant, p.ID, outbox.EventCancel, `status = 'CANCELLED', updated_at = ?`, s.d.Time(s.now(p.Now)))
+	return s.transition(ctx, p.Tenant, p.ID, outbox.EventCancel, `status = 'CANCELLED', updated_at = ?, blocks_group = 0`, s.d.Time(s.now(p.Now)))
 }
 
 // MessagePrune implements outbox.Store: it deletes up to p.Limit (default
 // 1000) finished messages (SENT, DELIVERED, FAILED, CANCELLED) last updated
-// before p.Before, oldest first, with their attempts, across all tenants.
+// before p.Before, oldest first, with their attempts, across all tenants. A
+// dead letter that blocks its group is kept.
 func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (int, error) {
 	if err := p.Validate(); err != nil {
 		return 0, err
@@ -224,7 +229,7 @@ func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (
 	err := s.cfg.WriteTx(ctx, func(q Querier) error {
 		var ids []any
 		err := s.scanRows(ctx, q, `SELECT id FROM `+s.messages+`
-			WHERE status IN ('SENT', 'DELIVERED', 'FAILED', 'CANCELLED') AND updated_at < ?
+			WHERE status IN ('SENT', 'DELIVERED', 'FAILED', 'CANCELLED') AND updated_at < ? AND blocks_group = 0
 			ORDER BY updated_at, seq LIMIT ?`+s.d.SkipLocked, []any{before, limit}, func(rows *sql.Rows) error {
 			var id string
 			err := rows.Scan(&id)
@@ -327,3 +332,7 @@ func (s *Store) InboxPrune(ctx context.Context, p outbox.InboxPruneParams) (int,
 	}
 	return int(n), nil
 }
+
+// DeadLetterBlocking implements outbox.DeadLetterBlocker: a dead letter
+// recorded with BlockGroup holds its group (column blocks_group).
+func (s *Store) DeadLetterBlocking() bool { return true }

@@ -38,18 +38,18 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	for {
 		var n, nDead, nBack int
 		err := s.cfg.WriteTx(ctx, func(q Querier) error {
-			var dead, back []any
+			var dead, deadBlock, back []any
 			att := NewAttemptRows(s.d)
 			n = 0
 			e := &outbox.ErrorInfo{Code: LeaseExpiredCode, Message: leaseExpiredMsg}
-			err := s.scanRows(ctx, q, `SELECT seq, id, tenant, attempts, max_attempts, claimed_at FROM `+s.messages+`
+			err := s.scanRows(ctx, q, `SELECT seq, id, tenant, topic, grp, attempts, max_attempts, claimed_at FROM `+s.messages+`
 				WHERE status = 'PROCESSING' AND claimed_at < ? ORDER BY seq LIMIT ?`+s.d.SkipLocked,
 				[]any{before, recoverChunk}, func(rows *sql.Rows) error {
-					var id, tenant string
+					var id, tenant, topic, grp string
 					var seq int64
 					var attempts, limit int
 					var claimed Time
-					if err := rows.Scan(&seq, &id, &tenant, &attempts, &limit, &claimed); err != nil {
+					if err := rows.Scan(&seq, &id, &tenant, &topic, &grp, &attempts, &limit, &claimed); err != nil {
 						return err
 					}
 					n++
@@ -61,7 +61,11 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 						start = claimed.T
 					}
 					if attempts >= limit {
-						dead = append(dead, seq)
+						if p.DeadLetter.Blocks(topic, grp) {
+							deadBlock = append(deadBlock, seq)
+						} else {
+							dead = append(dead, seq)
+						}
 						att.Add(id, tenant, attempts, outbox.AttemptFailed, e, nil, time.Time{}, start, now)
 					} else {
 						back = append(back, seq)
@@ -76,11 +80,14 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 				return err
 			}
 			nowT := s.d.Time(now)
-			if len(dead) > 0 {
+			for i, seqs := range [][]any{dead, deadBlock} {
+				if len(seqs) == 0 {
+					continue
+				}
 				if _, err := q.ExecContext(ctx, `UPDATE `+s.messages+` SET status = 'FAILED', last_error_code = ?,
-					last_error_message = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL
-					WHERE seq IN (`+Placeholders(len(dead))+`)`,
-					append([]any{LeaseExpiredCode, leaseExpiredMsg, nowT}, dead...)...); err != nil {
+					last_error_message = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL, blocks_group = ?
+					WHERE seq IN (`+Placeholders(len(seqs))+`)`,
+					append([]any{LeaseExpiredCode, leaseExpiredMsg, nowT, i == 1}, seqs...)...); err != nil {
 					return err
 				}
 			}
@@ -93,7 +100,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 					return err
 				}
 			}
-			nDead, nBack = len(dead), len(back)
+			nDead, nBack = len(dead)+len(deadBlock), len(back)
 			return nil
 		})
 		if err != nil {

@@ -19,6 +19,7 @@ type Store[TTx any] interface {
 	outbox.Enqueuer[TTx]
 	outbox.InboxStore[TTx]
 	outbox.Waker
+	outbox.DeadLetterBlocker
 
 	// InTx runs fn in a new transaction, commits it when fn returns nil,
 	// and wakes the store's processors.

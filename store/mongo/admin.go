@@ -121,7 +121,7 @@ func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueM
 	r, err := s.msgs.UpdateMany(wctx,
 		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "status", Value: string(outbox.StatusFailed)}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusPending)}, {Key: "fin", Value: false},
-			{Key: "attempts", Value: 0}, {Key: "next_at", Value: now}, {Key: "updated_at", Value: now}}}, unsetLease})
+			{Key: "blocks_group", Value: false}, {Key: "attempts", Value: 0}, {Key: "next_at", Value: now}, {Key: "updated_at", Value: now}}}, unsetLease})
 	if err != nil {
 		return outbox.RequeueManyResult{}, fmt.Errorf("mongo: requeue many: %w", err)
 	}

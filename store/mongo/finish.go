@@ -211,9 +211,10 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 		if d.Attempts >= limit {
 			dead[d.ID] = true
 			a.Outcome = string(outbox.AttemptFailed)
+			blocks := p.DeadLetter.Blocks(d.Topic, d.Group)
 			outs = append(outs, outcome{filter: filter, id: d.ID, attempt: a,
-				update: bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusFailed)}, {Key: "fin", Value: true},
-					{Key: "last_error", Value: e}, {Key: "updated_at", Value: now}}}, unsetLease}})
+				update: bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusFailed)}, {Key: "fin", Value: !blocks},
+					{Key: "blocks_group", Value: blocks}, {Key: "last_error", Value: e}, {Key: "updated_at", Value: now}}}, unsetLease}})
 			continue
 		}
 		next := d.NextAt

@@ -20,18 +20,24 @@ type msgDoc struct {
 	Headers     map[string]string `bson:"headers,omitempty"`
 	MaxAttempts int               `bson:"max_attempts"`
 	Status      string            `bson:"status"`
-	Fin         bool              `bson:"fin"` // SENT, DELIVERED, FAILED or CANCELLED
-	Attempts    int               `bson:"attempts"`
-	NextAt      time.Time         `bson:"next_at"`
-	ProvID      string            `bson:"prov_id,omitempty"`
-	LastError   *errDoc           `bson:"last_error,omitempty"`
-	CreatedAt   time.Time         `bson:"created_at"`
-	UpdatedAt   time.Time         `bson:"updated_at"`
-	ClaimedAt   *time.Time        `bson:"claimed_at,omitempty"`
-	ClaimedBy   string            `bson:"claimed_by,omitempty"`
-	SentAt      *time.Time        `bson:"sent_at,omitempty"`
-	DeliveredAt *time.Time        `bson:"delivered_at,omitempty"`
-	ReadAt      *time.Time        `bson:"read_at,omitempty"`
+	// Fin is true in SENT, DELIVERED, FAILED and CANCELLED, except on a
+	// dead letter that blocks its group (Blocks): the claim reads a group's
+	// open documents (fin false) and stops at one that is not PENDING, so
+	// such a dead letter holds its group as a waiting retry does, and
+	// prune (fin true) keeps it.
+	Fin         bool       `bson:"fin"`
+	Blocks      bool       `bson:"blocks_group,omitempty"`
+	Attempts    int        `bson:"attempts"`
+	NextAt      time.Time  `bson:"next_at"`
+	ProvID      string     `bson:"prov_id,omitempty"`
+	LastError   *errDoc    `bson:"last_error,omitempty"`
+	CreatedAt   time.Time  `bson:"created_at"`
+	UpdatedAt   time.Time  `bson:"updated_at"`
+	ClaimedAt   *time.Time `bson:"claimed_at,omitempty"`
+	ClaimedBy   string     `bson:"claimed_by,omitempty"`
+	SentAt      *time.Time `bson:"sent_at,omitempty"`
+	DeliveredAt *time.Time `bson:"delivered_at,omitempty"`
+	ReadAt      *time.Time `bson:"read_at,omitempty"`
 	// Op and FinishOp are the tokens of the last claim and the last
 	// outcome that wrote the document: a bulk write reads them back to
 	// learn which of its updates applied.
@@ -117,7 +123,7 @@ func (d *msgDoc) message() outbox.Message {
 		Seq: d.Seq, Status: outbox.Status(d.Status), Attempts: d.Attempts, ProviderMessageID: d.ProvID,
 		LastError: d.LastError.info(), CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(),
 		ClaimedAt: tv(d.ClaimedAt), ClaimedBy: d.ClaimedBy,
-		SentAt: tv(d.SentAt), DeliveredAt: tv(d.DeliveredAt), ReadAt: tv(d.ReadAt),
+		SentAt: tv(d.SentAt), DeliveredAt: tv(d.DeliveredAt), ReadAt: tv(d.ReadAt), BlocksGroup: d.Blocks,
 	}
 	if len(d.Headers) > 0 {
 		m.Headers = d.Headers

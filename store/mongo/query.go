@@ -68,6 +68,9 @@ func (s *Store) list(ctx context.Context, p outbox.MessageListParams) (outbox.Me
 	limit = min(limit, 1000)
 	f := append(bson.D{{Key: "tenant", Value: p.Tenant}, {Key: "seq", Value: bson.D{{Key: "$gt", Value: p.AfterSeq}}}},
 		filterDoc(outbox.MessageFilter{Status: p.Status, Topic: p.Topic, Group: p.Group})...)
+	if p.BlocksGroup {
+		f = append(f, bson.E{Key: "blocks_group", Value: true}) // set on FAILED messages only
+	}
 	var docs []msgDoc
 	if err := s.findAll(ctx, f, &docs, options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}).SetLimit(int64(limit)+1)); err != nil {
 		return outbox.MessagePage{}, fmt.Errorf("mongo: list: %w", err)
@@ -180,13 +183,13 @@ func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParam
 	now := s.now(p.Now)
 	return s.transition(ctx, p.Tenant, p.ID, outbox.EventRequeue, func(*msgDoc) bson.D {
 		return bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusPending)}, {Key: "fin", Value: false},
-			{Key: "attempts", Value: 0}, {Key: "next_at", Value: now}, {Key: "updated_at", Value: now}}}, unsetLease}
+			{Key: "blocks_group", Value: false}, {Key: "attempts", Value: 0}, {Key: "next_at", Value: now}, {Key: "updated_at", Value: now}}}, unsetLease}
 	})
 }
 
-// MessageCancel implements outbox.Store: a PENDING message becomes
-// CANCELLED; other statuses return an error wrapping
-// outbox.ErrInvalidTransition.
+// MessageCancel implements outbox.Store: a PENDING message or a dead letter
+// (FAILED) becomes CANCELLED (a dead letter that blocked its group releases
+// it); other statuses return an error wrapping outbox.ErrInvalidTransition.
 func (s *Store) MessageCancel(ctx context.Context, p outbox.MessageCancelParams) (outbox.Message, error) {
 	if err := p.Validate(); err != nil {
 		return outbox.Message{}, err
@@ -194,7 +197,7 @@ func (s *Store) MessageCancel(ctx context.Context, p outbox.MessageCancelParams)
 	now := s.now(p.Now)
 	return s.transition(ctx, p.Tenant, p.ID, outbox.EventCancel, func(*msgDoc) bson.D {
 		return bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusCancelled)}, {Key: "fin", Value: true},
-			{Key: "updated_at", Value: now}}}}
+			{Key: "blocks_group", Value: false}, {Key: "updated_at", Value: now}}}}
 	})
 }
 
@@ -280,3 +283,10 @@ func (s *Store) MessageApplyReceipt(ctx context.Context, p outbox.MessageApplyRe
 		return res, nil
 	}
 }
+
+// DeadLetterBlocking implements outbox.DeadLetterBlocker: a dead letter
+// recorded with BlockGroup stays among its group's open documents (fin
+// false), where the claim stops.
+func (s *Store) DeadLetterBlocking() bool { return true }
+
+var _ outbox.DeadLetterBlocker = (*Store)(nil)

@@ -18,11 +18,11 @@ import (
 // FIFO per group holds with any number of concurrent claimers, in this and
 // other processes. Rows are locked with SELECT ... FOR UPDATE SKIP LOCKED,
 // so claimers never wait for each other; then, for each ordered group, the
-// group's open (PENDING or PROCESSING) messages are read in Seq order and
-// only the run of messages this claim locked, from the group's first open
-// message on, is claimed. A group whose earlier message is PROCESSING,
-// waiting for a retry (PENDING, not due) or locked by another claimer is
-// skipped. Messages of group "" are never blocked.
+// group's open messages (PENDING, PROCESSING, or a dead letter that blocks
+// its group) are read in Seq order and only the run of messages this claim
+// locked, from the group's first open message on, is claimed. A group whose earlier message is PROCESSING,
+// waiting for a retry (PENDING, not due), a blocking dead letter, or locked
+// by another claimer is skipped. Messages of group "" are never blocked.
 //
 // Group heads are found by scanning the PENDING ordered messages in Seq
 // order; a backlog of many messages behind a blocked group is scanned by
@@ -108,7 +108,8 @@ func (s *Store) claimGroups(ctx context.Context, tx sqlstore.Querier, nowS, topi
 			AND NOT EXISTS (
 				SELECT 1 FROM `+m+` b FORCE INDEX (`+s.env.Prefix+`messages_group_status)
 				WHERE b.tenant = w.tenant AND b.topic = w.topic AND b.grp = w.grp
-					AND b.status IN ('PENDING', 'PROCESSING') AND b.seq < w.seq)
+					AND b.status IN ('PENDING', 'PROCESSING', 'FAILED') AND b.seq < w.seq
+					AND (b.status <> 'FAILED' OR b.blocks_group))
 		ORDER BY w.seq LIMIT ?`, args...)
 	if err != nil {
 		return nil, err
@@ -185,7 +186,8 @@ func (s *Store) lockRun(ctx context.Context, tx sqlstore.Querier, h head, nowS s
 	// open message this claim does not hold (PROCESSING, not due, or locked
 	// by another claimer) ends it at once.
 	open, err := sqlstore.QuerySeqs(ctx, tx, `SELECT seq FROM `+m+` FORCE INDEX (`+s.env.Prefix+`messages_group_status)
-		WHERE tenant = ? AND topic = ? AND grp = ? AND seq <= ? AND status IN ('PENDING', 'PROCESSING')
+		WHERE tenant = ? AND topic = ? AND grp = ? AND seq <= ?
+			AND status IN ('PENDING', 'PROCESSING', 'FAILED') AND (status <> 'FAILED' OR blocks_group)
 		ORDER BY seq`,
 		h.k.Tenant, h.k.Topic, h.k.Grp, locked[len(locked)-1])
 	if err != nil {

@@ -144,11 +144,13 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	now := s.at(p.Now)
 	before := p.ClaimedBefore.UTC().Truncate(time.Microsecond)
 	const chunk = 10000
+	def, block, cont := p.DeadLetter.BlockingTopics()
+	block, cont = texts(block), texts(cont)
 	var res outbox.RecoverResult
 	for {
 		var rec, dead int
 		var sc *string
-		err := s.planned(ctx, s.sql.recover, []any{before, now, maxAttempts, chunk}, func(r pgx.Rows) error {
+		err := s.planned(ctx, s.sql.recover, []any{before, now, maxAttempts, chunk, def, block, cont}, func(r pgx.Rows) error {
 			return r.Scan(&rec, &dead, &sc)
 		})
 		if err != nil {

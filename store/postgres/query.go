@@ -58,7 +58,7 @@ func (s *Store) list(ctx context.Context, q querier, p outbox.MessageListParams)
 	case limit > 1000:
 		limit = 1000
 	}
-	r, err := q.Query(ctx, s.sql.list, text(p.Tenant), p.AfterSeq, string(p.Status), text(p.Topic), text(p.Group), limit+1)
+	r, err := q.Query(ctx, s.sql.list, text(p.Tenant), p.AfterSeq, string(p.Status), text(p.Topic), text(p.Group), limit+1, p.BlocksGroup)
 	if err != nil {
 		return outbox.MessagePage{}, wrapErr("list", err)
 	}
@@ -154,14 +154,19 @@ func (s *Store) AttemptList(ctx context.Context, p outbox.AttemptListParams) ([]
 	return out, nil
 }
 
-// MessageCancel moves a PENDING message to CANCELLED. A message in another
-// status returns an error wrapping outbox.ErrInvalidTransition; an unknown
-// one, outbox.ErrNotFound.
+// MessageCancel moves a PENDING message or a dead letter (FAILED) to
+// CANCELLED, and wakes the processors (a dead letter that blocked its group
+// releases it). A message in another status returns an error wrapping
+// outbox.ErrInvalidTransition; an unknown one, outbox.ErrNotFound.
 func (s *Store) MessageCancel(ctx context.Context, p outbox.MessageCancelParams) (outbox.Message, error) {
 	if err := p.Validate(); err != nil {
 		return outbox.Message{}, err
 	}
-	m, err := scanMessage(s.db.QueryRow(ctx, s.sql.cancel, text(p.Tenant), text(p.ID), s.at(p.Now)))
+	channel := s.channel
+	if s.opts.DisableNotify {
+		channel = ""
+	}
+	m, err := scanMessage(s.db.QueryRow(ctx, s.sql.cancel, text(p.Tenant), text(p.ID), s.at(p.Now), channel))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return outbox.Message{}, s.transitionErr(ctx, p.Tenant, p.ID, outbox.EventCancel)
 	}
@@ -284,3 +289,8 @@ func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (
 	}
 	return n, nil
 }
+
+// DeadLetterBlocking implements outbox.DeadLetterBlocker: a dead letter
+// recorded with BlockGroup holds its group (column blocks_group, covered by
+// the group index the claim reads).
+func (s *Store) DeadLetterBlocking() bool { return true }

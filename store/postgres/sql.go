@@ -32,7 +32,7 @@ type sqlText struct {
 // msgCols is the column list scanned by scanMessage, in order.
 const msgCols = `id, seq, tenant, topic, grp, idempotency_key, status, attempts, max_attempts,
 	next_attempt_at, created_at, updated_at, claimed_at, claimed_by, provider_message_id,
-	last_error_code, last_error_message, sent_at, delivered_at, read_at, headers, payload`
+	last_error_code, last_error_message, sent_at, delivered_at, read_at, headers, payload, blocks_group`
 
 func prefixed(alias string) string {
 	cols := strings.Split(msgCols, ",")
@@ -90,7 +90,8 @@ SELECT ins.id, ins.seq FROM ins` + notifyJoin)
 
 	// The claim. win: the first $4 pending ordered messages by sequence.
 	// heads: those that are due and first among their group's unfinished
-	// messages. runs: from each head, the consecutive due PENDING messages
+	// messages (PENDING, PROCESSING, or a dead letter that blocks its group:
+	// blocks_group, which the group index covers). runs: from each head, the consecutive due PENDING messages
 	// of its group (at most $5), with their position in the run. free: due
 	// unordered messages. cand: the oldest $3 of both. locked: those still
 	// PENDING and due in their newest version (FOR UPDATE re-checks a row
@@ -113,7 +114,7 @@ runs AS MATERIALIZED (
 				bool_and(m.status = 'PENDING' AND m.next_attempt_at <= $1) OVER (ORDER BY m.seq) AS ok
 			FROM {T} m
 			WHERE m.tenant = h.tenant AND m.topic = h.topic AND m.grp = h.grp
-				AND m.status IN ('PENDING', 'PROCESSING') AND m.grp <> '' AND m.seq >= h.seq
+				AND (m.status IN ('PENDING', 'PROCESSING') OR m.blocks_group) AND m.grp <> '' AND m.seq >= h.seq
 			ORDER BY m.tenant, m.topic, m.grp, m.seq
 			LIMIT $5
 		) x
@@ -174,7 +175,7 @@ runs AS MATERIALIZED (
 		AND w.seq = (
 			SELECT b.seq FROM {T} b
 			WHERE b.tenant = w.tenant AND b.topic = w.topic AND b.grp = w.grp
-				AND b.status IN ('PENDING', 'PROCESSING') AND b.grp <> ''
+				AND (b.status IN ('PENDING', 'PROCESSING') OR b.blocks_group) AND b.grp <> ''
 			ORDER BY b.tenant, b.topic, b.grp, b.seq
 			LIMIT 1
 		)
@@ -204,14 +205,14 @@ ORDER BY u.seq`)
 		}
 		return q(`WITH RECURSIVE groups AS (
 	(SELECT m.id, m.tenant, m.topic, m.grp, m.seq, m.status, m.next_attempt_at FROM {T} m
-	WHERE m.status IN ('PENDING', 'PROCESSING') AND m.grp <> ''
+	WHERE (m.status IN ('PENDING', 'PROCESSING') OR m.blocks_group) AND m.grp <> ''
 	ORDER BY m.tenant, m.topic, m.grp, m.seq
 	LIMIT 1)
 	UNION ALL
 	SELECT n.id, n.tenant, n.topic, n.grp, n.seq, n.status, n.next_attempt_at
 	FROM groups g CROSS JOIN LATERAL (
 		SELECT m.id, m.tenant, m.topic, m.grp, m.seq, m.status, m.next_attempt_at FROM {T} m
-		WHERE m.status IN ('PENDING', 'PROCESSING') AND m.grp <> ''
+		WHERE (m.status IN ('PENDING', 'PROCESSING') OR m.blocks_group) AND m.grp <> ''
 			AND (m.tenant, m.topic, m.grp) > (g.tenant, g.topic, g.grp)
 		ORDER BY m.tenant, m.topic, m.grp, m.seq
 		LIMIT 1
@@ -246,6 +247,11 @@ ORDER BY u.seq`)
 ), upd AS (
 	UPDATE {T} m SET
 		status = CASE WHEN m.attempts >= coalesce(nullif(m.max_attempts, 0), $3) THEN 'FAILED' ELSE 'PENDING' END,
+		-- A dead letter holds its group when the topic's policy says so
+		-- (outbox.DeadLetterRule: $5 the default, $6 blocking topics, $7
+		-- continuing ones).
+		blocks_group = m.attempts >= coalesce(nullif(m.max_attempts, 0), $3) AND m.grp <> ''
+			AND (m.topic = ANY($6::text[]) OR ($5::boolean AND NOT m.topic = ANY($7::text[]))),
 		last_error_code = 'lease_expired',
 		last_error_message = 'the lease expired before the processor recorded an outcome',
 		updated_at = $2, claimed_at = NULL, claimed_by = NULL
@@ -276,6 +282,7 @@ WHERE (tenant, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[])
 		get:                 q(`SELECT {COLS} FROM {T} WHERE tenant = $1 AND id = $2`),
 		list: q(`SELECT {COLS} FROM {T}
 WHERE tenant = $1 AND seq > $2 AND ($3 = '' OR status = $3) AND ($4 = '' OR topic = $4) AND ($5 = '' OR grp = $5)
+	AND (NOT $7::boolean OR (status = 'FAILED' AND blocks_group))
 ORDER BY seq
 LIMIT $6`),
 		count:    q(`SELECT status, count(*) FROM {T} WHERE tenant = $1 GROUP BY status`),
@@ -296,9 +303,16 @@ FROM (
 	FROM {A} WHERE tenant = $1 AND message_id = $2
 ) h
 ORDER BY k`),
-		cancel: q(`UPDATE {T} SET status = 'CANCELLED', updated_at = $3
-WHERE tenant = $1 AND id = $2 AND status = 'PENDING'
-RETURNING {COLS}`),
+		// A cancelled dead letter that blocked its group releases it: the
+		// processors are woken.
+		cancel: q(`WITH upd AS (
+	UPDATE {T} SET status = 'CANCELLED', updated_at = $3, blocks_group = false
+	WHERE tenant = $1 AND id = $2 AND status IN ('PENDING', 'FAILED')
+	RETURNING {COLS}
+), woke AS (
+	SELECT count(pg_notify($4, '')) AS n FROM (SELECT 1 FROM upd LIMIT 1) x WHERE $4 <> ''
+)
+SELECT upd.* FROM upd CROSS JOIN woke`),
 		// A requeue clears sent_at: a first-attempt success kept on the
 		// message row moves to the attempts table first.
 		requeue: q(`WITH old AS (
@@ -307,7 +321,7 @@ RETURNING {COLS}`),
 	FOR UPDATE
 ), upd AS (
 	UPDATE {T} m SET status = 'PENDING', attempts = 0, next_attempt_at = $3, updated_at = $3,
-		claimed_at = NULL, claimed_by = NULL, provider_message_id = NULL,
+		claimed_at = NULL, claimed_by = NULL, provider_message_id = NULL, blocks_group = false,
 		sent_at = NULL, delivered_at = NULL, read_at = NULL,
 		sent_response = NULL, sent_started_at = NULL, sent_finished_at = NULL
 	FROM old
@@ -333,7 +347,7 @@ FOR UPDATE`),
 WHERE id = $1`),
 		prune: q(`WITH victims AS (
 	SELECT id FROM {T}
-	WHERE status IN ('SENT', 'DELIVERED', 'FAILED', 'CANCELLED') AND updated_at < $1
+	WHERE status IN ('SENT', 'DELIVERED', 'FAILED', 'CANCELLED') AND updated_at < $1 AND NOT blocks_group
 	ORDER BY updated_at
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
@@ -454,6 +468,7 @@ type msgRow struct {
 	claimedBy, providerID, errCode, errMsg, status, grp *string
 	headers                                             []byte
 	payload                                             []byte
+	blocks                                              *bool
 }
 
 func (r *msgRow) dest() []any {
@@ -461,7 +476,7 @@ func (r *msgRow) dest() []any {
 	return []any{&m.ID, &m.Seq, &m.Tenant, &m.Topic, &r.grp, &m.IdempotencyKey, &r.status,
 		&m.Attempts, &m.MaxAttempts, &m.NextAttemptAt, &m.CreatedAt, &m.UpdatedAt,
 		&r.claimedAt, &r.claimedBy, &r.providerID, &r.errCode, &r.errMsg,
-		&r.sentAt, &r.deliveredAt, &r.readAt, &r.headers, &r.payload}
+		&r.sentAt, &r.deliveredAt, &r.readAt, &r.headers, &r.payload, &r.blocks}
 }
 
 func (r *msgRow) message() (outbox.Message, error) {
@@ -482,6 +497,7 @@ func (r *msgRow) message() (outbox.Message, error) {
 		}
 	}
 	m.Payload = append(json.RawMessage(nil), r.payload...)
+	m.BlocksGroup = r.blocks != nil && *r.blocks
 	return m, nil
 }
 
@@ -514,6 +530,16 @@ func text(s string) string {
 		s = strings.ReplaceAll(s, "\x00", "")
 	}
 	return s
+}
+
+// texts is text of each of ss, never nil (a nil slice would be an SQL
+// NULL array).
+func texts(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = text(s)
+	}
+	return out
 }
 
 // nullText is text(s), or nil for "".

@@ -312,7 +312,8 @@ func newQueries(prefix string) queries {
 	// The claim reads due unordered messages in seq order, and walks the
 	// groups (one index seek per group with open messages) to read the
 	// claimable prefix of each: the group's open messages from its head up
-	// to the first one that is PROCESSING or not yet due.
+	// to the first one that is PROCESSING, not yet due, or a dead letter
+	// that blocks its group (blocks_group: open like a waiting retry).
 	// Paused topics are skipped (outbox.Admin).
 	notPaused := adminsql.NotPaused(prefix+"pauses", "")
 	q.claimUnordered = `SELECT seq FROM ` + m + ` WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= ?` + notPaused + `
@@ -320,10 +321,10 @@ func newQueries(prefix string) queries {
 	q.claimUnorderedTopics = `SELECT seq FROM ` + m + ` WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= ?
 		AND topic IN (SELECT value FROM json_each(?))` + notPaused + ` ORDER BY seq LIMIT ?`
 	q.nextGroupHead = `SELECT tenant, topic, grp, status, next_attempt_at FROM ` + m + `
-		WHERE status IN ('PENDING', 'PROCESSING') AND (tenant, topic, grp) > (?, ?, ?)
+		WHERE (status IN ('PENDING', 'PROCESSING') OR blocks_group = 1) AND (tenant, topic, grp) > (?, ?, ?)
 		ORDER BY tenant, topic, grp, seq LIMIT 1`
 	q.groupPrefix = `SELECT seq, status, next_attempt_at FROM ` + m + `
-		WHERE tenant = ? AND topic = ? AND grp = ? AND status IN ('PENDING', 'PROCESSING')
+		WHERE tenant = ? AND topic = ? AND grp = ? AND (status IN ('PENDING', 'PROCESSING') OR blocks_group = 1)
 		ORDER BY seq LIMIT ? OFFSET ?`
 	q.claimUpdate = `UPDATE ` + m + ` SET status = 'PROCESSING', attempts = attempts + 1,
 		claimed_at = ?, claimed_by = ?, updated_at = ?

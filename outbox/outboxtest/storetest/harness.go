@@ -90,13 +90,17 @@ const (
 	// CapAdmin: the Store implements outbox.Admin (operator search, bulk
 	// requeue, topic stats, pauses honoured by the claim).
 	CapAdmin Capability = "admin"
+	// CapDeadLetterBlock: a dead letter recorded with BlockGroup (or by
+	// MessageRecover under a blocking DeadLetterRule) holds its group until
+	// it is requeued or cancelled (outbox.DeadLetterBlock).
+	CapDeadLetterBlock Capability = "dead letter blocks its group"
 )
 
 // Capabilities returns every Capability the suite knows.
 func Capabilities() []Capability {
 	return []Capability{
 		CapTransactions, CapConcurrentClaim, CapLockWait, CapReceipts, CapInbox, CapWakeups, CapListInTx,
-		CapTenants, CapIdempotency, CapCancel, CapAttemptHistory, CapCallerIDs, CapAdmin,
+		CapTenants, CapIdempotency, CapCancel, CapAttemptHistory, CapCallerIDs, CapAdmin, CapDeadLetterBlock,
 	}
 }
 

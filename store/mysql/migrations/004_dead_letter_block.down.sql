@@ -1,0 +1,1 @@
+ALTER TABLE {{prefix}}messages DROP COLUMN blocks_group;
