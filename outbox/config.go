@@ -62,7 +62,10 @@ type Config struct {
 	// Defaults to 5m.
 	UnroutedAfter time.Duration
 	// DrainTimeout is how long Run lets in-flight publishes finish after its
-	// context is cancelled before cancelling them. Defaults to 30s.
+	// context is cancelled before cancelling them. It must be shorter than
+	// ProcessingTimeout: a publish that outlived its lease would be
+	// recovered and published again by another processor. Defaults to 30s,
+	// or half of ProcessingTimeout when that is shorter.
 	DrainTimeout time.Duration
 	// MaxAttempts is the number of publish attempts of a message whose own
 	// MaxAttempts is 0, before it is dead-lettered. Defaults to
@@ -108,7 +111,7 @@ func (c Config) WithDefaults() Config {
 	c.BufferSize = cmp.Or(c.BufferSize, 1000)
 	c.ProcessingTimeout = cmp.Or(c.ProcessingTimeout, 5*time.Minute)
 	c.RecoveryInterval = cmp.Or(c.RecoveryInterval, time.Minute)
-	c.DrainTimeout = cmp.Or(c.DrainTimeout, 30*time.Second)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, min(30*time.Second, c.ProcessingTimeout/2))
 	c.MaxErrorBackoff = cmp.Or(c.MaxErrorBackoff, 30*time.Second)
 	c.UnroutedAfter = cmp.Or(c.UnroutedAfter, 5*time.Minute)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
@@ -153,6 +156,10 @@ func (c Config) Validate() error {
 		if err != nil {
 			return err
 		}
+	}
+	if c.DrainTimeout >= c.ProcessingTimeout {
+		return invalid("Config.DrainTimeout", fmt.Sprintf("(%s) must be shorter than Config.ProcessingTimeout (%s), the lease: "+
+			"a publish still draining when its lease expires is published again by another processor", c.DrainTimeout, c.ProcessingTimeout))
 	}
 	if c.MaxAttempts > MaxAttemptsLimit {
 		return invalid("Config.MaxAttempts", fmt.Sprintf("must be at most %d", MaxAttemptsLimit))

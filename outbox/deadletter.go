@@ -136,3 +136,25 @@ func checkDeadLetterStore(r DeadLetterRule, s Store) error {
 	return invalid("Config.DeadLetter", fmt.Sprintf("asks for %q, but the store (%T) cannot hold a group at a dead letter "+
 		"(it does not implement outbox.DeadLetterBlocker); use %q", DeadLetterBlock, s, DeadLetterContinue))
 }
+
+// routedTopics refuses Config.Topics naming a topic the publisher says it
+// does not publish (a *Router without that route): its messages would be
+// claimed and dead-lettered as ErrNoPublisher. A publisher that names no
+// topics is not checked.
+func routedTopics(cfg Config, pub Publisher) error {
+	t, ok := pub.(interface{ Topics() []string })
+	if !ok || len(cfg.Topics) == 0 {
+		return nil
+	}
+	routed := t.Topics()
+	if len(routed) == 0 {
+		return nil // a wrapper of a publisher that does not name its topics
+	}
+	for _, topic := range cfg.Topics {
+		if !slices.Contains(routed, topic) {
+			return invalid("Config.Topics", fmt.Sprintf("names topic %q, which the publisher has no route for (its topics: %v): "+
+				"its messages would be dead-lettered", topic, routed))
+		}
+	}
+	return nil
+}

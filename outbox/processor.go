@@ -74,6 +74,9 @@ func NewProcessor(store Store, pub Publisher, cfg Config) (*Processor, error) {
 		}
 	}
 	cfg = cfg.WithDefaults()
+	if err := routedTopics(cfg, pub); err != nil {
+		return nil, err
+	}
 	if len(cfg.Topics) == 0 && !cfg.AllTopics {
 		if t, ok := pub.(interface{ Topics() []string }); ok {
 			cfg.Topics = t.Topics()

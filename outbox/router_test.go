@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRouterSplitsByTopicKeepingOrder(t *testing.T) {
@@ -59,9 +60,14 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	// The drain stays inside the lease: a short lease shortens the default.
+	if c := (Config{ProcessingTimeout: 10 * time.Second}).WithDefaults(); c.DrainTimeout != 5*time.Second || c.Validate() != nil {
+		t.Fatalf("DrainTimeout with a 10s lease: %s, %v", c.DrainTimeout, c.Validate())
+	}
 	bad := []Config{
 		{PollBatchSize: -1}, {BufferSize: -5}, {PollInterval: -1}, {MaxAttempts: MaxAttemptsLimit + 1},
 		{Backoff: Backoff{Jitter: 2}}, {Topics: []string{""}},
+		{ProcessingTimeout: time.Minute, DrainTimeout: time.Minute}, {DrainTimeout: 10 * time.Minute},
 	}
 	for _, b := range bad {
 		err := b.WithDefaults().Validate()

@@ -82,6 +82,7 @@ func TestNewProcessorRefusesWhatCannotWork(t *testing.T) {
 		{"publisher without topics", ok, outbox.Config{}, "AllTopics"},
 		{"all topics and a list", ok, outbox.Config{AllTopics: true, Topics: []string{"a"}}, "choose one"},
 		{"blank topic", ok, outbox.Config{Topics: []string{" "}}, "empty topic"},
+		{"topic without a route", outbox.NewRouter().Handle("a", ok), outbox.Config{Topics: []string{"a", "b"}}, `names topic "b", which the publisher has no route for`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := outbox.NewProcessor(st, tt.pub, tt.cfg)

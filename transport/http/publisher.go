@@ -55,7 +55,7 @@ type Config struct {
 	// is the message's Payload.
 	Batch bool
 	// MaxBatchSize is the most messages in one batch request. Defaults to
-	// 100.
+	// 100. Setting it without Batch is refused.
 	MaxBatchSize int
 	// Headers are added to every request (an Authorization header, ...).
 	// Their values never appear in errors.
@@ -67,7 +67,7 @@ type Config struct {
 	// to nil: requests are not signed.
 	Secret func(ctx context.Context, tenant string) ([]byte, error)
 	// SignatureHeader names the signature header. Defaults to
-	// "X-Outbox-Signature".
+	// "X-Outbox-Signature". Setting it without Secret is refused.
 	SignatureHeader string
 	// HTTPClient sends the requests. Defaults to a client with a 10s
 	// connect timeout.
@@ -150,6 +150,14 @@ func New(cfg Config) (*Publisher, error) {
 	}
 	if cfg.MaxBatchSize < 0 || cfg.RequestTimeout < 0 {
 		return nil, errors.New("http: Config.MaxBatchSize and Config.RequestTimeout must not be negative")
+	}
+	// Options that would do nothing are refused: a reader of the
+	// configuration would believe requests are signed, or batched.
+	if cfg.SignatureHeader != "" && cfg.Secret == nil {
+		return nil, errors.New("http: Config.SignatureHeader is set but Config.Secret is nil: requests would not be signed")
+	}
+	if cfg.MaxBatchSize != 0 && !cfg.Batch {
+		return nil, errors.New("http: Config.MaxBatchSize is set but Config.Batch is false: every message is its own request")
 	}
 	sig := cmp.Or(cfg.SignatureHeader, DefaultSignatureHeader)
 	if !validHeaderName(sig) {

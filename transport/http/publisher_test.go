@@ -303,9 +303,21 @@ func TestNewValidates(t *testing.T) {
 		{URL: "http://x", MaxBatchSize: -1},
 		{URL: "http://x", SignatureHeader: "bad header"},
 		{URL: "http://x", Headers: http.Header{"bad:": {"v"}}},
+		// Options that would do nothing.
+		{URL: "http://x", SignatureHeader: "X-Sig"},
+		{URL: "http://x", MaxBatchSize: 10},
 	} {
 		if _, err := outboxhttp.New(cfg); err == nil {
 			t.Fatalf("New(%+v) = nil error", cfg)
+		}
+	}
+	secret := func(context.Context, string) ([]byte, error) { return []byte("k"), nil }
+	for _, cfg := range []outboxhttp.Config{
+		{URL: "http://x", SignatureHeader: "X-Sig", Secret: secret},
+		{URL: "http://x", MaxBatchSize: 10, Batch: true},
+	} {
+		if _, err := outboxhttp.New(cfg); err != nil {
+			t.Fatalf("New(%+v): %v", cfg, err)
 		}
 	}
 }

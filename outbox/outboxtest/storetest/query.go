@@ -185,5 +185,20 @@ func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
 		if as := e.attempts("a", a[0].ID); len(as) != 1 {
 			t.Fatalf("AttemptList: %d attempts, want 1", len(as))
 		}
+		// The zero MessageCountParams counts tenant "" only (the tenant of
+		// single-tenant services), never every tenant; AllTenants ignores
+		// Tenant.
+		wantCounts(t, e.count(""), map[outbox.Status]int64{})
+		e.enqueue(outbox.Message{Topic: "t", Payload: []byte(`4`)})
+		zero, err := e.s.MessageCount(e.ctx, outbox.MessageCountParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCounts(t, zero, map[outbox.Status]int64{outbox.StatusPending: 1})
+		all, err = e.s.MessageCount(e.ctx, outbox.MessageCountParams{Tenant: "a", AllTenants: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCounts(t, all, map[outbox.Status]int64{outbox.StatusSent: 3, outbox.StatusPending: 1})
 	})
 }
