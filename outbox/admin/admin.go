@@ -16,7 +16,7 @@
 //	GET    api/messages?FILTER             messages of every tenant, paged (after_seq, limit)
 //	GET    api/messages/{id}?tenant=T      one message with its attempts
 //	POST   api/messages/{id}/requeue?tenant=T   a FAILED message back to PENDING
-//	POST   api/messages/{id}/cancel?tenant=T    a PENDING message to CANCELLED
+//	POST   api/messages/{id}/cancel?tenant=T    a PENDING or FAILED message to CANCELLED
 //	POST   api/requeue                     bulk requeue of dead letters: {"filter": {...}, "all": false, "dry_run": true}
 //	GET    api/pauses                      paused topics and groups
 //	POST   api/pauses                      pause: {"topic": "...", "group": "", "tenant": ""}

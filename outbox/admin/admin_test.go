@@ -207,8 +207,8 @@ func TestBadInputIsRefused(t *testing.T) {
 		{http.MethodPost, "api/requeue", map[string]any{"filter": map[string]any{"colour": "red"}}, 400},     // unknown filter
 		{http.MethodPost, "api/messages/" + f.queued[0].ID + "/requeue", nil, 409},                           // not FAILED
 		{http.MethodPost, "api/messages/NOPE/requeue", nil, 404},
-		{http.MethodPost, "api/messages/" + f.dead[0].ID + "/cancel", nil, 409}, // FAILED cannot be cancelled
-		{http.MethodPost, "api/pauses", map[string]any{"group": "g"}, 400},      // no topic
+		{http.MethodPost, "api/messages/NOPE/cancel", nil, 404},
+		{http.MethodPost, "api/pauses", map[string]any{"group": "g"}, 400}, // no topic
 		{http.MethodDelete, "api/pauses?topic=none", nil, 404},
 		{http.MethodGet, "api/nothing", nil, 404},
 	}
@@ -304,6 +304,10 @@ func TestAPI(t *testing.T) {
 	}
 	if code := f.do(http.MethodPost, "api/messages/"+f.queued[0].ID+"/cancel", nil, true, &m); code != 200 || m.Status != outbox.StatusCancelled {
 		t.Fatalf("cancel: %d %+v", code, m)
+	}
+	var e struct{ Error string }
+	if code := f.do(http.MethodPost, "api/messages/"+f.queued[0].ID+"/cancel", nil, true, &e); code != 409 || e.Error == "" {
+		t.Fatalf("cancel of a cancelled message: %d %q, want 409 with an error message", code, e.Error)
 	}
 
 	// Pause and resume: the claim honours it.
