@@ -3,8 +3,11 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -78,4 +81,106 @@ func TestDeadLetterRule(t *testing.T) {
 	if !def || len(block) != 0 || strings.Join(cont, ",") != "c" {
 		t.Fatalf("BlockingTopics = %v %v %v", def, block, cont)
 	}
+}
+
+// The processor applies Config.DeadLetter: under DeadLetterBlock a dead
+// letter holds its group until it is requeued, and the requeue keeps the
+// group's order (1, 2, 3); under DeadLetterContinue (the default) the group
+// moves on and the requeued message comes after its successors (2, 3, 1).
+// Another group of the same topic is not held either way.
+func TestProcessorDeadLetterPolicy(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		policy outbox.DeadLetterPolicy
+		// want: the group's successful sends, before and after the requeue
+		before, after []int
+	}{
+		{outbox.DeadLetterBlock, nil, []int{0, 1, 2}},
+		{outbox.DeadLetterContinue, []int{1, 2}, []int{0}},
+	} {
+		t.Run(string(tt.policy), func(t *testing.T) {
+			t.Parallel()
+			st := newStore(t)
+			ids := enqueue(t, st, 4, func(i int) string { return map[bool]string{true: "g", false: "h"}[i < 3] })
+			pos := map[string]int{}
+			for i, id := range ids {
+				pos[id] = i
+			}
+			var mu sync.Mutex
+			var sentG []int
+			sentH, failedOnce := 0, false
+			pub := outbox.PublishEach(func(_ context.Context, m outbox.Message) outbox.Result {
+				mu.Lock()
+				defer mu.Unlock()
+				if m.ID == ids[0] && !failedOnce {
+					failedOnce = true
+					return outbox.Result{Err: outbox.Permanent("131026", "undeliverable")}
+				}
+				if m.Group == "g" {
+					sentG = append(sentG, pos[m.ID])
+				} else {
+					sentH++
+				}
+				return outbox.Result{ProviderMessageID: "p-" + m.ID}
+			})
+			obs := &blockObserver{}
+			p, err := outbox.NewProcessor(st, pub, outbox.Config{
+				Topics: []string{"t"}, PollInterval: 10 * time.Millisecond, Observer: obs,
+				DeadLetter: outbox.DeadLetterRule{ByTopic: map[string]outbox.DeadLetterPolicy{"t": tt.policy}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := start(t, p)
+			defer stop()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := p.WaitDrained(ctx); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			if fmt.Sprint(sentG) != fmt.Sprint(tt.before) || sentH != 1 {
+				t.Fatalf("before the requeue: group g sent %v, want %v; group h sent %d, want 1", sentG, tt.before, sentH)
+			}
+			sentG = nil
+			mu.Unlock()
+			dead, err := st.MessageGet(ctx, outbox.MessageGetParams{ID: ids[0]})
+			block := tt.policy == outbox.DeadLetterBlock
+			if err != nil || dead.Status != outbox.StatusFailed || dead.BlocksGroup != block {
+				t.Fatalf("dead letter: %s BlocksGroup %v, %v; want FAILED %v", dead.Status, dead.BlocksGroup, err, block)
+			}
+			if got := obs.blocks(); got != fmt.Sprint([]bool{block}) {
+				t.Fatalf("OnFailed saw BlocksGroup %s, want [%v]", got, block)
+			}
+			if _, err := st.MessageRequeue(ctx, outbox.MessageRequeueParams{ID: ids[0]}); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.WaitDrained(ctx); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if fmt.Sprint(sentG) != fmt.Sprint(tt.after) {
+				t.Fatalf("after the requeue: group g sent %v, want %v", sentG, tt.after)
+			}
+		})
+	}
+}
+
+type blockObserver struct {
+	outbox.NopObserver
+	mu     sync.Mutex
+	failed []bool
+}
+
+func (o *blockObserver) OnFailed(_ context.Context, ev outbox.AttemptEvent) {
+	o.mu.Lock()
+	o.failed = append(o.failed, ev.Message.BlocksGroup)
+	o.mu.Unlock()
+}
+
+func (o *blockObserver) blocks() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return fmt.Sprint(o.failed)
 }

@@ -65,6 +65,8 @@ func (o Outcome) Validate() error {
 		return invalid("ID", "is required")
 	case o.Attempt < 1:
 		return invalid("Attempt", "must be at least 1")
+	case o.BlockGroup && o.Kind != OutcomeDead:
+		return invalid("BlockGroup", "applies to a dead letter only")
 	}
 	switch o.Kind {
 	case OutcomeSent:

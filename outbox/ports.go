@@ -206,6 +206,8 @@ func (k OutcomeKind) AttemptOutcome() (a AttemptOutcome, ok bool) {
 //	dead      -                      required                 ProviderResponse, StartedAt recorded
 //	released  deferral (zero: keep)  optional, with deferral  -
 //
+// BlockGroup applies to a dead letter only.
+//
 // Every outcome names its message by ID and carries its Topic: stores
 // whose ids are unique only per topic (e.g. one table per topic) match
 // outcomes by (Topic, ID); the others may ignore Topic.
@@ -229,6 +231,13 @@ type Outcome struct {
 	Error *ErrorInfo
 	// StartedAt is when the attempt started (zero: the finish's Now).
 	StartedAt time.Time
+	// BlockGroup makes a dead letter hold its group (DeadLetterBlock): it
+	// is stored with Message.BlocksGroup, and the later messages of its
+	// (tenant, topic, group) are not claimed until it is requeued or
+	// cancelled. Stores ignore it for a message of group "" (no group to
+	// hold). A store that cannot hold groups (not a DeadLetterBlocker)
+	// refuses it.
+	BlockGroup bool
 }
 
 // MessageFinishParams carries a batch of outcomes of one owner.

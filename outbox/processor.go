@@ -403,9 +403,10 @@ func (p *Processor) work(g *groupWorker) {
 		blocked := p.publish(g, batch)
 		<-p.sem
 		if blocked {
-			// An ordered group stops at a retry: what it holds goes back to
-			// PENDING behind the failed message (the store will not hand out
-			// the rest until that one is done).
+			// An ordered group stops at a retry (or a dead letter that
+			// blocks it): what it holds goes back to PENDING behind the
+			// failed message (the store will not hand out the rest until
+			// that one is done).
 			p.releaseRest(g)
 			return
 		}
@@ -453,7 +454,8 @@ func (b *finishBatch) add(m Message, o Outcome, err error) {
 }
 
 // publish sends one batch of a group and queues its outcomes. It returns
-// true when an ordered group must stop (a message will be retried later).
+// true when an ordered group must stop (a message will be retried later,
+// or is a dead letter that holds its group).
 func (p *Processor) publish(g *groupWorker, batch []Message) (blocked bool) {
 	now := p.cfg.Clock.Now()
 	fb := &finishBatch{}
@@ -501,11 +503,17 @@ func (p *Processor) publish(g *groupWorker, batch []Message) (blocked bool) {
 				}
 				next, retry := p.cfg.Backoff.Next(doneAt, m.Attempts, maxA, !IsRetryable(r.Err), RetryDelayOf(r.Err))
 				o := Outcome{Kind: OutcomeDead, ProviderResponse: r.ProviderResponse, Error: ErrorInfoOf(r.Err), StartedAt: now}
-				if retry {
+				switch {
+				case retry:
 					o.Kind, o.NextAttemptAt = OutcomeRetry, next
 					if g.ordered {
 						failed = true
 					}
+				case g.ordered && p.cfg.DeadLetter.Blocks(m.Topic, m.Group):
+					// The dead letter holds its group: what the worker
+					// still queues goes back behind it.
+					o.BlockGroup = true
+					failed = true
 				}
 				fb.add(m, o, r.Err)
 			}
@@ -627,6 +635,7 @@ func (p *Processor) record(batches []*finishBatch) {
 				ev.Outcome = AttemptFailed
 				ev.Message.Status = StatusFailed
 				ev.Message.LastError = o.Error
+				ev.Message.BlocksGroup = o.BlockGroup
 			}
 			p.cfg.Observer.OnAttemptFinished(ctx, ev)
 			switch o.Kind {

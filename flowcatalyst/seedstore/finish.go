@@ -61,6 +61,11 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	if err := p.Validate(); err != nil {
 		return outbox.FinishResult{}, err
 	}
+	for _, o := range p.Outcomes {
+		if o.BlockGroup {
+			return outbox.FinishResult{}, noBlocking(outbox.DeadLetterRule{Default: outbox.DeadLetterBlock})
+		}
+	}
 	now := at(p.Now)
 	// delay turns a due time on the caller's clock into a delay from the
 	// database's NOW(), in microseconds, so skewed clocks do not matter.

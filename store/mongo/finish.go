@@ -116,6 +116,10 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		}
 		return t.UTC()
 	}
+	ordered, err := s.orderedOf(ctx, p.Outcomes)
+	if err != nil {
+		return res, fmt.Errorf("mongo: finish: %w", err)
+	}
 	outs := make([]outcome, 0, len(p.Outcomes))
 	for _, o := range p.Outcomes {
 		out := outcome{filter: fence(o.ID, p.Owner, o.Attempt), id: o.ID}
@@ -135,8 +139,11 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 				{Key: "next_at", Value: next}, {Key: "last_error", Value: errOf(o.Error)}, {Key: "updated_at", Value: now}}
 			out.update = bson.D{{Key: "$set", Value: set}, unsetLease}
 		case outbox.OutcomeDead:
-			set = bson.D{{Key: "status", Value: string(outbox.StatusFailed)}, {Key: "fin", Value: true},
-				{Key: "last_error", Value: errOf(o.Error)}, {Key: "updated_at", Value: now}}
+			// A dead letter that holds its group stays among the group's
+			// open documents (fin false), where the claim stops.
+			blocks := o.BlockGroup && ordered[o.ID]
+			set = bson.D{{Key: "status", Value: string(outbox.StatusFailed)}, {Key: "fin", Value: !blocks},
+				{Key: "blocks_group", Value: blocks}, {Key: "last_error", Value: errOf(o.Error)}, {Key: "updated_at", Value: now}}
 			out.update = bson.D{{Key: "$set", Value: set}, unsetLease}
 		case outbox.OutcomeReleased:
 			set = bson.D{{Key: "status", Value: string(outbox.StatusPending)}, {Key: "updated_at", Value: now}}
@@ -241,4 +248,32 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 		s.Notify()
 	}
 	return res, nil
+}
+
+// orderedOf reports which of the dead letters recorded with BlockGroup
+// belong to an ordered group (group "" has no group to hold). It reads
+// nothing when none asks to block.
+func (s *Store) orderedOf(ctx context.Context, outs []outbox.Outcome) (map[string]bool, error) {
+	var ids bson.A
+	for _, o := range outs {
+		if o.BlockGroup {
+			ids = append(ids, o.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var docs []struct {
+		ID   string `bson:"_id"`
+		GKey string `bson:"gkey"`
+	}
+	if err := s.findAll(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, &docs,
+		options.Find().SetProjection(bson.D{{Key: "gkey", Value: 1}})); err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(docs))
+	for _, d := range docs {
+		out[d.ID] = d.GKey != ""
+	}
+	return out, nil
 }

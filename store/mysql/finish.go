@@ -95,7 +95,7 @@ func (s *Store) finish(ctx context.Context, p outbox.MessageFinishParams, now ti
 				next = s.env.Now(o.NextAttemptAt)
 				retry.add(seq, ts(next), o.Error.Code, o.Error.Message)
 			case outbox.OutcomeDead:
-				dead.add(seq, o.Error.Code, o.Error.Message)
+				dead.add(seq, o.Error.Code, o.Error.Message, o.BlockGroup)
 			case outbox.OutcomeReleased:
 				// The attempt is not counted; a deferral sets the due
 				// time and the reason.
@@ -118,8 +118,10 @@ func (s *Store) finish(ctx context.Context, p outbox.MessageFinishParams, now ti
 			last_error_message = {2}, updated_at = ?, claimed_at = NULL, claimed_by = NULL`, nowS); err != nil {
 			return err
 		}
+		// A dead letter recorded with BlockGroup holds its group (never one
+		// of group "": there is no group to hold).
 		if err := dead.exec(ctx, tx, m, `status = 'FAILED', last_error_code = {0}, last_error_message = {1},
-			updated_at = ?, claimed_at = NULL, claimed_by = NULL`, nowS); err != nil {
+			updated_at = ?, claimed_at = NULL, claimed_by = NULL, blocks_group = ({2} AND grp <> '')`, nowS); err != nil {
 			return err
 		}
 		if err := rel.exec(ctx, tx, m, `status = 'PENDING', attempts = attempts - 1, updated_at = ?,

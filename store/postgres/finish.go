@@ -45,6 +45,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		dResp       []*string
 		dAtt        []int32
 		dStart      []*time.Time
+		dBlock      []bool
 		lID         []string
 		lAtt        []int32
 		lNext       []*time.Time
@@ -71,6 +72,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 			dID, dAtt = append(dID, o.ID), append(dAtt, att)
 			dCode, dMsg = append(dCode, nullText(o.Error.Code)), append(dMsg, nullText(o.Error.Message))
 			dResp, dStart = append(dResp, jsonText(o.ProviderResponse)), append(dStart, nullTime(o.StartedAt))
+			dBlock = append(dBlock, o.BlockGroup)
 		case outbox.OutcomeReleased:
 			lID, lAtt = append(lID, o.ID), append(lAtt, att)
 			lNext = append(lNext, nullTime(o.NextAttemptAt))
@@ -99,7 +101,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	}
 	if len(dID) > 0 {
 		mask |= finishDead
-		args = append(args, dID, dAtt, dCode, dMsg, dResp, dStart)
+		args = append(args, dID, dAtt, dCode, dMsg, dResp, dStart, dBlock)
 	}
 	if len(lID) > 0 {
 		mask |= finishReleased

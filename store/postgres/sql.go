@@ -412,9 +412,11 @@ func finishSQL(mask int) string {
 	if mask&finishDead != 0 {
 		ctes = append(ctes, `d_up AS (
 	UPDATE {T} m SET status = 'FAILED', last_error_code = x.code, last_error_message = x.msg,
-		updated_at = $1, claimed_at = NULL, claimed_by = NULL
-	FROM unnest(`+arg("text[]")+`, `+arg("int4[]")+`, `+arg("text[]")+`, `+arg("text[]")+`, `+arg("text[]")+`, `+arg("timestamptz[]")+`)
-		AS x(id, attempt, code, msg, resp, started)
+		updated_at = $1, claimed_at = NULL, claimed_by = NULL,
+		-- a dead letter that holds its group (never one of group '')
+		blocks_group = x.block AND m.grp <> ''
+	FROM unnest(`+arg("text[]")+`, `+arg("int4[]")+`, `+arg("text[]")+`, `+arg("text[]")+`, `+arg("text[]")+`, `+arg("timestamptz[]")+`, `+arg("bool[]")+`)
+		AS x(id, attempt, code, msg, resp, started, block)
 	WHERE m.id = x.id AND `+fence+`
 	RETURNING m.id, m.tenant, x.attempt, 'FAILED'::text AS outcome, x.code, x.msg, x.resp, NULL::timestamptz AS next, x.started
 )`)

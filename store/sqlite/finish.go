@@ -64,7 +64,7 @@ func (s *Store) finish(ctx context.Context, p outbox.MessageFinishParams, now ti
 				next = s.env.Now(o.NextAttemptAt)
 				query, args = s.q.retry, []any{next.UnixMicro(), o.Error.Code, o.Error.Message, nowUS}
 			case outbox.OutcomeDead:
-				query, args = s.q.dead, []any{o.Error.Code, o.Error.Message, nowUS}
+				query, args = s.q.dead, []any{o.Error.Code, o.Error.Message, nowUS, o.BlockGroup}
 			case outbox.OutcomeReleased:
 				var nextV, code, msg any
 				if !o.NextAttemptAt.IsZero() {

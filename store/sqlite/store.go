@@ -336,8 +336,10 @@ func newQueries(prefix string) queries {
 		claimed_at = NULL, claimed_by = NULL` + fence + ` RETURNING tenant`
 	q.retry = `UPDATE ` + m + ` SET status = 'PENDING', next_attempt_at = ?, last_error_code = ?,
 		last_error_message = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL` + fence + ` RETURNING tenant`
+	// A dead letter recorded with BlockGroup holds its group (never one of
+	// group "": there is no group to hold).
 	q.dead = `UPDATE ` + m + ` SET status = 'FAILED', last_error_code = ?, last_error_message = ?,
-		updated_at = ?, claimed_at = NULL, claimed_by = NULL` + fence + ` RETURNING tenant`
+		updated_at = ?, claimed_at = NULL, claimed_by = NULL, blocks_group = (? AND grp <> '')` + fence + ` RETURNING tenant`
 	// A release with a due time is a deferral (quota, throttle): the new due
 	// time and the reason are kept; a plain release keeps both as they were.
 	q.release = `UPDATE ` + m + ` SET status = 'PENDING', attempts = attempts - 1, updated_at = ?,

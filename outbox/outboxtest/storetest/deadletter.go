@@ -12,6 +12,77 @@ import (
 // until it is requeued (then it is claimed first: the group keeps its
 // order) or cancelled; other groups, tenants and unordered messages go on.
 func testDeadLetter[TTx any](t *testing.T, h Harness[TTx]) {
+	t.Run("BlockHoldsGroupUntilRequeue", func(t *testing.T) {
+		need(t, h, CapDeadLetterBlock)
+		e := setup(t, h)
+		ms := e.enqueueN("t", "g", 3)
+		others := e.enqueue(msg("t", "h", 10), msg("t", "", 11))
+		if !h.lacks(CapTenants) {
+			b := msg("t", "g", 12) // same topic and group, another tenant
+			b.Tenant = "b"
+			others = append(others, e.enqueue(b)...)
+		}
+		c := e.claim("p", 3, e.t0)
+		wantIDs(t, "claim of the group", c, ms...)
+		// The processor's outcomes under DeadLetterBlock: the head is dead,
+		// what it held of the group goes back unattempted.
+		e.outcomes("p", e.t0, e.dead(c[0], true), e.released(c[1]), e.released(c[2]))
+		if got := e.wantStatus("", ms[0].ID, outbox.StatusFailed); !got.BlocksGroup {
+			t.Fatalf("dead letter recorded with BlockGroup: BlocksGroup false, want true (%+v)", got)
+		}
+		// Other groups, unordered messages and other tenants are not held.
+		got := e.claim("p", 10, e.at(time.Minute))
+		wantIDs(t, "claim with the group blocked", got, others...)
+		e.sent("p", e.at(time.Minute), got...)
+		wantIDs(t, "claim an hour later", e.claim("p", 10, e.at(time.Hour)))
+
+		// Operators find the blocked groups; prune keeps the blocking
+		// dead letter.
+		page, err := e.s.MessageList(e.ctx, outbox.MessageListParams{BlocksGroup: true})
+		if err != nil {
+			t.Fatalf("MessageList(BlocksGroup): %v", err)
+		}
+		wantIDs(t, "MessageList(BlocksGroup)", page.Messages, ms[0])
+		if _, err := e.s.MessagePrune(e.ctx, outbox.MessagePruneParams{Before: e.at(1000 * time.Hour)}); err != nil {
+			t.Fatalf("MessagePrune: %v", err)
+		}
+		e.wantStatus("", ms[0].ID, outbox.StatusFailed)
+
+		// Requeue: the dead letter comes first, then its successors.
+		rq, err := e.s.MessageRequeue(e.ctx, outbox.MessageRequeueParams{ID: ms[0].ID, Now: e.at(2 * time.Hour)})
+		if err != nil {
+			t.Fatalf("MessageRequeue: %v", err)
+		}
+		if rq.Status != outbox.StatusPending || rq.BlocksGroup {
+			t.Fatalf("requeued: status %s BlocksGroup %v, want PENDING false", rq.Status, rq.BlocksGroup)
+		}
+		wantIDs(t, "claim after the requeue", e.claim("p", 10, e.at(2*time.Hour)), ms...)
+		page, err = e.s.MessageList(e.ctx, outbox.MessageListParams{BlocksGroup: true})
+		if err != nil || len(page.Messages) != 0 {
+			t.Fatalf("MessageList(BlocksGroup) after the requeue: %v, %v; want none", ids(page.Messages), err)
+		}
+	})
+
+	t.Run("CancelReleasesGroup", func(t *testing.T) {
+		need(t, h, CapDeadLetterBlock, CapCancel)
+		e := setup(t, h)
+		ms := e.enqueueN("t", "g", 3)
+		c := e.claim("p", 3, e.t0)
+		e.outcomes("p", e.t0, e.dead(c[0], true), e.released(c[1]), e.released(c[2]))
+		wantIDs(t, "claim with the group blocked", e.claim("p", 10, e.t0))
+		cm, err := e.s.MessageCancel(e.ctx, outbox.MessageCancelParams{ID: ms[0].ID, Now: e.at(time.Second)})
+		if err != nil {
+			t.Fatalf("MessageCancel of a blocking dead letter: %v", err)
+		}
+		if cm.Status != outbox.StatusCancelled || cm.BlocksGroup {
+			t.Fatalf("cancelled: status %s BlocksGroup %v, want CANCELLED false", cm.Status, cm.BlocksGroup)
+		}
+		wantIDs(t, "claim after the cancel", e.claim("p", 10, e.at(time.Second)), ms[1], ms[2])
+		// A cancelled message stays cancelled.
+		_, err = e.s.MessageRequeue(e.ctx, outbox.MessageRequeueParams{ID: ms[0].ID, Now: e.at(time.Second)})
+		wantErrIs(t, "MessageRequeue of a cancelled message", err, outbox.ErrInvalidTransition)
+	})
+
 	t.Run("ContinueAndUnorderedDoNotBlock", func(t *testing.T) {
 		e := setup(t, h)
 		ms := e.enqueueN("t", "g", 2)
@@ -82,14 +153,14 @@ func (e *env[TTx]) outcomes(owner string, now time.Time, outs ...outcome) {
 // dead is a permanent failure of m, holding its group when block.
 func (e *env[TTx]) dead(m outbox.Message, block bool) outcome {
 	return func(p *outbox.MessageFinishParams) {
-		p.Dead = append(p.Dead, outbox.DeadOutcome{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts,
-			Error: outbox.ErrorInfo{Code: "131026", Message: "undeliverable"}, StartedAt: p.Now})
+		p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeDead, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts,
+			Error: &outbox.ErrorInfo{Code: "131026", Message: "undeliverable"}, StartedAt: p.Now, BlockGroup: block})
 	}
 }
 
 // released puts m back unattempted.
 func (e *env[TTx]) released(m outbox.Message) outcome {
 	return func(p *outbox.MessageFinishParams) {
-		p.Released = append(p.Released, outbox.ReleaseOutcome{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts})
+		p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts})
 	}
 }
