@@ -108,3 +108,56 @@ func Example_deadLetter() {
 	// 3 FAILED 503
 	// requeued: PENDING 0
 }
+
+// With DeadLetterBlock, a dead letter holds its group: the messages behind
+// it wait until an operator requeues it (it is then published first, so the
+// group keeps its order) or cancels it.
+func ExampleDeadLetterRule() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "outbox-example-")
+	defer os.RemoveAll(dir)
+	store, _ := sqlite.Open(ctx, filepath.Join(dir, "app.db"), sqlite.Options{})
+	defer store.Close()
+	_ = store.Migrate(ctx)
+
+	ob := outbox.New[*sql.Tx](store, outbox.Options{})
+	res, _ := ob.Enqueue(ctx,
+		outbox.Message{Topic: "ledger", Group: "account-1", Payload: []byte(`{"n":1}`)},
+		outbox.Message{Topic: "ledger", Group: "account-1", Payload: []byte(`{"n":2}`)},
+		outbox.Message{Topic: "ledger", Group: "account-1", Payload: []byte(`{"n":3}`)})
+	first := res[0].Message.ID
+
+	var sent []string
+	rejected := false
+	pub := outbox.PublishEach(func(_ context.Context, m outbox.Message) outbox.Result {
+		if m.ID == first && !rejected { // the first try of message 1 is refused for good
+			rejected = true
+			return outbox.Result{Err: outbox.Permanent("400", "rejected")}
+		}
+		sent = append(sent, string(m.Payload))
+		return outbox.Result{}
+	})
+	p, err := outbox.NewProcessor(store, pub, outbox.Config{
+		Topics:     []string{"ledger"},
+		DeadLetter: outbox.DeadLetterRule{ByTopic: map[string]outbox.DeadLetterPolicy{"ledger": outbox.DeadLetterBlock}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- p.Run(runCtx) }()
+
+	_ = p.WaitDrained(ctx)
+	blocked, _ := store.MessageList(ctx, outbox.MessageListParams{BlocksGroup: true})
+	fmt.Println("sent:", sent, "blocked groups:", len(blocked.Messages), blocked.Messages[0].Group)
+
+	_, _ = store.MessageRequeue(ctx, outbox.MessageRequeueParams{ID: first})
+	_ = p.WaitDrained(ctx)
+	fmt.Println("sent:", sent)
+	stop()
+	<-done
+	// Output:
+	// sent: [] blocked groups: 1 account-1
+	// sent: [{"n":1} {"n":2} {"n":3}]
+}
