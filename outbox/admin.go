@@ -53,12 +53,15 @@ type MessageFilter struct {
 	// CreatedAfter and CreatedBefore bound CreatedAt: CreatedAfter <=
 	// CreatedAt < CreatedBefore.
 	CreatedAfter, CreatedBefore time.Time
+	// BlocksGroup, when true, matches only the dead letters that hold
+	// their group (Message.BlocksGroup): the blocked groups.
+	BlocksGroup bool
 }
 
 // IsZero reports whether f matches every message.
 func (f MessageFilter) IsZero() bool {
 	return len(f.Tenants) == 0 && f.Status == "" && f.Topic == "" && f.Group == "" && f.ErrorCode == "" &&
-		f.CreatedAfter.IsZero() && f.CreatedBefore.IsZero()
+		f.CreatedAfter.IsZero() && f.CreatedBefore.IsZero() && !f.BlocksGroup
 }
 
 // Validate checks f and returns a *ValidationError (ErrInvalidInput).

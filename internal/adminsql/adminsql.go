@@ -61,6 +61,9 @@ func Filter(f outbox.MessageFilter, prefix string, a *Args, tm func(time.Time) a
 	if !f.CreatedBefore.IsZero() {
 		w = append(w, prefix+"created_at < "+a.Add(tm(f.CreatedBefore)))
 	}
+	if f.BlocksGroup {
+		w = append(w, prefix+"blocks_group = "+a.Add(true))
+	}
 	return w
 }
 

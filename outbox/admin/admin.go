@@ -23,6 +23,7 @@
 //	DELETE api/pauses?topic=&group=&tenant=    resume
 //
 // FILTER is status, topic, group, tenant (repeatable), error_code,
+// blocks_group (true: the dead letters that hold their group),
 // created_after and created_before (RFC 3339). An unknown parameter, a bad
 // value, a bulk requeue with an empty filter and no "all": true, a requeue
 // of a message that is not FAILED: a 4xx with {"error": "..."} and nothing
@@ -201,6 +202,8 @@ type Message struct {
 	ReadAt            *time.Time        `json:"read_at,omitempty"`
 	Headers           map[string]string `json:"headers,omitempty"`
 	Payload           json.RawMessage   `json:"payload"`
+	// BlocksGroup marks a dead letter that holds its group.
+	BlocksGroup bool `json:"blocks_group,omitempty"`
 }
 
 func optTime(t time.Time) *time.Time {
@@ -216,7 +219,7 @@ func messageJSON(m outbox.Message) Message {
 		Status: m.Status, Attempts: m.Attempts, MaxAttempts: m.MaxAttempts, NextAttemptAt: m.NextAttemptAt,
 		ProviderMessageID: m.ProviderMessageID, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
 		SentAt: optTime(m.SentAt), DeliveredAt: optTime(m.DeliveredAt), ReadAt: optTime(m.ReadAt),
-		Headers: m.Headers, Payload: m.Payload,
+		Headers: m.Headers, Payload: m.Payload, BlocksGroup: m.BlocksGroup,
 	}
 	if m.LastError != nil {
 		out.ErrorCode, out.ErrorMessage = m.LastError.Code, m.LastError.Message
@@ -330,16 +333,18 @@ type Filter struct {
 	ErrorCode     string        `json:"error_code,omitempty"`
 	CreatedAfter  time.Time     `json:"created_after,omitzero"`
 	CreatedBefore time.Time     `json:"created_before,omitzero"`
+	// BlocksGroup selects the dead letters that hold their group.
+	BlocksGroup bool `json:"blocks_group,omitempty"`
 }
 
 func (f Filter) filter() outbox.MessageFilter {
 	return outbox.MessageFilter{
 		Tenants: f.Tenants, Status: f.Status, Topic: f.Topic, Group: f.Group, ErrorCode: f.ErrorCode,
-		CreatedAfter: f.CreatedAfter, CreatedBefore: f.CreatedBefore,
+		CreatedAfter: f.CreatedAfter, CreatedBefore: f.CreatedBefore, BlocksGroup: f.BlocksGroup,
 	}
 }
 
-var filterParams = []string{"tenant", "status", "topic", "group", "error_code", "created_after", "created_before"}
+var filterParams = []string{"tenant", "status", "topic", "group", "error_code", "created_after", "created_before", "blocks_group"}
 
 // queryFilter reads a filter from query parameters.
 func queryFilter(q url.Values) (outbox.MessageFilter, error) {
@@ -358,6 +363,13 @@ func queryFilter(q url.Values) (outbox.MessageFilter, error) {
 			}
 			*p.dst = t
 		}
+	}
+	switch q.Get("blocks_group") {
+	case "", "false":
+	case "true":
+		f.BlocksGroup = true
+	default:
+		return f, outbox.InvalidParam("blocks_group", "must be true or false")
 	}
 	return f, f.Validate()
 }

@@ -202,6 +202,7 @@ func TestBadInputIsRefused(t *testing.T) {
 		{http.MethodGet, "api/messages?status=LOST", nil, 400},
 		{http.MethodGet, "api/messages?created_after=yesterday", nil, 400},
 		{http.MethodGet, "api/messages?limit=5000", nil, 400},
+		{http.MethodGet, "api/messages?blocks_group=maybe", nil, 400},
 		{http.MethodPost, "api/requeue", map[string]any{}, 400},                                              // empty filter, no all
 		{http.MethodPost, "api/requeue", map[string]any{"filter": map[string]any{"status": "PENDING"}}, 400}, // only dead letters
 		{http.MethodPost, "api/requeue", map[string]any{"filter": map[string]any{"colour": "red"}}, 400},     // unknown filter
@@ -268,6 +269,10 @@ func TestAPI(t *testing.T) {
 	f.do(http.MethodGet, "api/messages?tenant=B&error_code=quota", nil, true, &page)
 	if len(page.Messages) != 1 || page.Messages[0].ID != f.other.ID {
 		t.Fatalf("tenant B, code quota: %+v", page)
+	}
+	// None of these dead letters holds its group.
+	if code := f.do(http.MethodGet, "api/messages?blocks_group=true", nil, true, &page); code != 200 || len(page.Messages) != 0 {
+		t.Fatalf("blocked groups: %d %+v, want none", code, page)
 	}
 
 	// One message with its attempts.

@@ -46,6 +46,9 @@ func filterDoc(f outbox.MessageFilter) bson.D {
 	if len(created) > 0 {
 		d = append(d, bson.E{Key: "created_at", Value: created})
 	}
+	if f.BlocksGroup {
+		d = append(d, bson.E{Key: "blocks_group", Value: true}) // set on FAILED messages only
+	}
 	return d
 }
 

@@ -67,10 +67,7 @@ func (s *Store) list(ctx context.Context, p outbox.MessageListParams) (outbox.Me
 	}
 	limit = min(limit, 1000)
 	f := append(bson.D{{Key: "tenant", Value: p.Tenant}, {Key: "seq", Value: bson.D{{Key: "$gt", Value: p.AfterSeq}}}},
-		filterDoc(outbox.MessageFilter{Status: p.Status, Topic: p.Topic, Group: p.Group})...)
-	if p.BlocksGroup {
-		f = append(f, bson.E{Key: "blocks_group", Value: true}) // set on FAILED messages only
-	}
+		filterDoc(outbox.MessageFilter{Status: p.Status, Topic: p.Topic, Group: p.Group, BlocksGroup: p.BlocksGroup})...)
 	var docs []msgDoc
 	if err := s.findAll(ctx, f, &docs, options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}).SetLimit(int64(limit)+1)); err != nil {
 		return outbox.MessagePage{}, fmt.Errorf("mongo: list: %w", err)

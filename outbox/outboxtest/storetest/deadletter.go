@@ -43,6 +43,13 @@ func testDeadLetter[TTx any](t *testing.T, h Harness[TTx]) {
 			t.Fatalf("MessageList(BlocksGroup): %v", err)
 		}
 		wantIDs(t, "MessageList(BlocksGroup)", page.Messages, ms[0])
+		if a, ok := e.s.(outbox.Admin); ok && !h.lacks(CapAdmin) {
+			found, err := a.MessageSearch(e.ctx, outbox.MessageSearchParams{Filter: outbox.MessageFilter{BlocksGroup: true, Topic: "t"}})
+			if err != nil {
+				t.Fatalf("MessageSearch(BlocksGroup): %v", err)
+			}
+			wantIDs(t, "MessageSearch(BlocksGroup)", found.Messages, ms[0])
+		}
 		if _, err := e.s.MessagePrune(e.ctx, outbox.MessagePruneParams{Before: e.at(1000 * time.Hour)}); err != nil {
 			t.Fatalf("MessagePrune: %v", err)
 		}
