@@ -42,6 +42,10 @@
 // messages whose processor died (after Config.ProcessingTimeout), and shuts
 // down cleanly when ctx is cancelled. Every default is documented on Config.
 //
+// A dead letter lets its group move on by default; Config.DeadLetter can
+// make it hold its group instead (DeadLetterBlock, per topic) until it is
+// requeued, then published first, or cancelled.
+//
 // A processor claims only the topics it names: Config.Topics, or the topics
 // registered on its Router; Config.AllTopics claims every topic. It refuses
 // to start with an empty router or a nil publisher, and Run returns
