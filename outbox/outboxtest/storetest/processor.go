@@ -297,6 +297,54 @@ func testProcessor[TTx any](t *testing.T, h Harness[TTx]) {
 		checkFIFO(t, order, log.snapshot(), true)
 	})
 
+	t.Run("DeadLetterBlockAcrossProcessors", func(t *testing.T) {
+		need(t, h, CapConcurrentClaim, CapDeadLetterBlock)
+		e := setup(t, h)
+		const n, groups, at = 400, 40, 3 // message 3 of every 4th group fails for good once
+		order := e.enqueueGroups("t", n, groups)
+		doomed := map[string]bool{}
+		for g := 0; g < groups; g += 4 {
+			doomed[order[g][at]] = true
+		}
+		log := &pubLog{fail: func(m outbox.Message) error {
+			if doomed[m.ID] {
+				delete(doomed, m.ID) // under log.mu
+				return outbox.Permanent("rejected", "refused once")
+			}
+			return nil
+		}}
+		stop := e.runProcessors(3, log.publisher(), outbox.Config{
+			PollInterval: 50 * time.Millisecond, PollBatchSize: 100,
+			DeadLetter: outbox.DeadLetterRule{Default: outbox.DeadLetterBlock},
+		})
+		held := groups / 4 * (n/groups - at - 1)
+		e.waitFor(timeout, "the unblocked messages SENT", func(c map[outbox.Status]int64) bool {
+			return c[outbox.StatusSent] == int64(n-groups/4-held) && c[outbox.StatusFailed] == int64(groups/4)
+		})
+		// Nothing behind a dead letter moved, even after a few more polls.
+		time.Sleep(300 * time.Millisecond)
+		c := e.count("")
+		if c[outbox.StatusPending] != int64(held) || c[outbox.StatusSent] != int64(n-groups/4-held) {
+			t.Fatalf("counts %v; want %d PENDING behind the dead letters", c, held)
+		}
+		page, err := e.s.MessageList(e.ctx, outbox.MessageListParams{BlocksGroup: true, Limit: 1000})
+		require.NoError(t, err, "MessageList(BlocksGroup)")
+		if len(page.Messages) != groups/4 {
+			t.Fatalf("%d blocking dead letters listed, want %d", len(page.Messages), groups/4)
+		}
+		for _, m := range page.Messages {
+			_, err := e.s.MessageRequeue(e.ctx, outbox.MessageRequeueParams{ID: m.ID})
+			require.NoError(t, err, "MessageRequeue")
+		}
+		e.waitFor(timeout, "every message SENT", func(c map[outbox.Status]int64) bool {
+			return c[outbox.StatusSent] == int64(n)
+		})
+		stop()
+		// Strict order: no message was tried before its predecessor was
+		// sent, the dead letters' first attempts included.
+		checkFIFO(t, order, log.snapshot(), false)
+	})
+
 	t.Run("CleanShutdown", func(t *testing.T) {
 		e := setup(t, h)
 		order := e.enqueueGroups("slow", 400, 20)
