@@ -277,6 +277,11 @@ func (c *config) validate() []string {
 			p = append(p, fmt.Sprintf("%s must be positive, got %s", name(key), d))
 		}
 	}
+	if lease := time.Duration(c.ProcessingTimeoutSeconds) * time.Second; c.ProcessingTimeoutSeconds > 0 && c.DrainTimeout >= lease {
+		// A send still draining when its lease expires would be sent again
+		// by another replica.
+		p = append(p, fmt.Sprintf("%s (%s) must be shorter than %s (%s)", name("drain-timeout"), c.DrainTimeout, name("processing-timeout-seconds"), lease))
+	}
 	c.mysql = false
 	switch strings.ToUpper(c.DatabaseType) {
 	case "POSTGRESQL", "POSTGRES":

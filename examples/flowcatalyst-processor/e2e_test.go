@@ -263,7 +263,7 @@ func testKillAndRestart(t *testing.T, e *e2e) {
 		return &flowcatalysttest.Response{Delay: 20 * time.Millisecond, Continue: true}
 	})
 	e.insert(t, "EVENT", "K", 10, 1000)
-	args := []string{"-api-batch-size", "10", "-processing-timeout-seconds", "2", "-recovery-interval", "300ms"}
+	args := []string{"-api-batch-size", "10", "-processing-timeout-seconds", "2", "-recovery-interval", "300ms", "-drain-timeout", "1s"}
 	cmd, _ := e.start(t, args...)
 	waitLong(t, "some rows COMPLETED", func() bool { return e.count(t, "EVENT", "COMPLETED") >= 100 })
 	_ = cmd.Process.Signal(syscall.SIGKILL) // kill -9: rows are left PROCESSING

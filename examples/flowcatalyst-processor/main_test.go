@@ -84,6 +84,7 @@ func TestLoadConfigReportsEveryProblem(t *testing.T) {
 	_, err := loadConfig([]string{
 		"-api-version", "v9", "-api-batch-size", "0", "-database-type", "MONGODB", "-max-retries", "-1",
 		"-api-token", "t", "-api-token-url", "https://x/oauth/token", "-retry-backoff", "1s,soon", "-log-level", "loud",
+		"-processing-timeout-seconds", "20", "-drain-timeout", "30s",
 	}, e, &bytes.Buffer{})
 	if err == nil {
 		t.Fatal("invalid configuration accepted")
@@ -100,6 +101,7 @@ func TestLoadConfigReportsEveryProblem(t *testing.T) {
 		"api-client-id (-api-client-id or OUTBOX_PROCESSOR_API_CLIENT_ID) is required with api-token-url",
 		"retry-backoff",
 		"log-level",
+		"drain-timeout (-drain-timeout or OUTBOX_PROCESSOR_DRAIN_TIMEOUT) (30s) must be shorter than processing-timeout-seconds",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)

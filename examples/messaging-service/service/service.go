@@ -93,8 +93,9 @@ type Config struct {
 	// RecoveryInterval is how often expired leases are recovered. Defaults
 	// to 1 min.
 	RecoveryInterval time.Duration
-	// DrainTimeout is how long in-flight sends may finish at shutdown.
-	// Defaults to 10 s.
+	// DrainTimeout is how long in-flight sends may finish at shutdown. It
+	// must be shorter than ProcessingTimeout. Defaults to 10 s, or half of
+	// ProcessingTimeout when that is shorter.
 	DrainTimeout time.Duration
 	// MaxBodyBytes limits API request bodies (413 beyond). Defaults to
 	// 256 KiB.
@@ -179,7 +180,8 @@ func (c *Config) defaults() error {
 		c.RecoveryInterval = time.Minute
 	}
 	if c.DrainTimeout <= 0 {
-		c.DrainTimeout = 10 * time.Second
+		// Inside the lease (outbox.Config refuses a drain that outlives it).
+		c.DrainTimeout = min(10*time.Second, c.ProcessingTimeout/2)
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 256 << 10

@@ -874,6 +874,7 @@ func TestProcessorKilled(t *testing.T) {
 
 			b := newEnv(t, db, a.fake, func(c *service.Config) {
 				c.ProcessingTimeout = time.Second
+				c.DrainTimeout = 500 * time.Millisecond // inside the lease
 				c.RecoveryInterval = 100 * time.Millisecond
 			})
 			got := b.waitFor("org-1", m.ID, "DELIVERED and read", func(m message) bool { return m.Status == "DELIVERED" && m.ReadAt != nil })
