@@ -26,7 +26,49 @@ var (
 	ErrNotAttempted = errors.New("outbox: not attempted")
 	// ErrClosed: the processor or store was closed.
 	ErrClosed = errors.New("outbox: closed")
+	// ErrPayloadTooLarge: a payload exceeds the configured limit
+	// (Options.MaxPayloadBytes) or the store's ceiling. The concrete error
+	// is a *PayloadTooLargeError; it also matches ErrInvalidInput.
+	ErrPayloadTooLarge = errors.New("outbox: payload too large")
 )
+
+// PayloadTooLargeError reports a payload above a size limit. It matches
+// ErrPayloadTooLarge and ErrInvalidInput with errors.Is, and errors.As
+// also fills a *ValidationError (Field "Payload") for code written before
+// the limit was configurable.
+type PayloadTooLargeError struct {
+	// Size is the payload's length in bytes.
+	Size int
+	// Limit is the limit it exceeds, in bytes.
+	Limit int
+	// StoreCeiling is true when Limit is the store's hard ceiling
+	// (PayloadLimiter) rather than Options.MaxPayloadBytes.
+	StoreCeiling bool
+}
+
+func (e *PayloadTooLargeError) reason() string {
+	if e.StoreCeiling {
+		return fmt.Sprintf("is %d bytes, above the store's ceiling of %d bytes", e.Size, e.Limit)
+	}
+	return fmt.Sprintf("is %d bytes, above the limit of %d bytes (Options.MaxPayloadBytes)", e.Size, e.Limit)
+}
+
+func (e *PayloadTooLargeError) Error() string { return "outbox: invalid Payload: " + e.reason() }
+
+// Is makes errors.Is(err, ErrPayloadTooLarge) and errors.Is(err,
+// ErrInvalidInput) true.
+func (e *PayloadTooLargeError) Is(target error) bool {
+	return target == ErrPayloadTooLarge || target == ErrInvalidInput
+}
+
+// As fills a **ValidationError target with Field "Payload".
+func (e *PayloadTooLargeError) As(target any) bool {
+	if p, ok := target.(**ValidationError); ok {
+		*p = &ValidationError{Field: "Payload", Reason: e.reason()}
+		return true
+	}
+	return false
+}
 
 // ValidationError names the field that failed validation. It matches
 // ErrInvalidInput with errors.Is.

@@ -3,6 +3,7 @@ package outbox
 import (
 	"encoding/json"
 	"fmt"
+	"mime"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -32,9 +33,26 @@ type Message struct {
 	// (Tenant, IdempotencyKey) is not inserted, the first is returned. Set by
 	// the caller; "" means a fresh key (the message ID) is used.
 	IdempotencyKey string
-	// Payload is the message body, a JSON document. Set by the caller;
-	// required.
-	Payload json.RawMessage
+	// ContentType is the media type of Payload, e.g. "application/json",
+	// "application/cloudevents+json", "application/x-protobuf" or
+	// "application/octet-stream". "" means application/json (the only kind
+	// of payload before content types existed, and still the default). It
+	// is stored as given and handed to publishers, which send it where
+	// their transport has a place for it (an HTTP Content-Type, the AMQP
+	// content_type property, a NATS or Kafka header). Set by the caller;
+	// it must parse as a media type (mime.ParseMediaType).
+	ContentType string
+	// Payload is the message body, kept byte for byte. When the content
+	// type is JSON (see IsJSON) it must be one JSON document in UTF-8;
+	// otherwise it may hold any bytes (protobuf, Avro, NUL bytes, invalid
+	// UTF-8), and may be empty. Its size is limited by
+	// Options.MaxPayloadBytes (DefaultMaxPayloadBytes, 1 MiB, by default).
+	// Set by the caller.
+	//
+	// Payload was a json.RawMessage before content types; a []byte is
+	// assignable to and from json.RawMessage, so code that sets or reads
+	// it either way compiles unchanged.
+	Payload []byte
 	// Headers carries metadata such as trace context. Set by the caller.
 	Headers map[string]string
 	// MaxAttempts is the number of publish attempts before the message is
@@ -68,6 +86,38 @@ type Message struct {
 	// (Tenant, Topic, Group) are not claimed until it is requeued or
 	// cancelled. Read-only; false in every other status.
 	BlocksGroup bool
+}
+
+// EffectiveContentType returns ContentType, or ContentTypeJSON when it is
+// empty: the value a publisher sends as the payload's content type.
+func (m *Message) EffectiveContentType() string {
+	if m.ContentType == "" {
+		return ContentTypeJSON
+	}
+	return m.ContentType
+}
+
+// IsJSON reports whether the message's payload is JSON: its content type is
+// empty, application/json or a structured-syntax "+json" type such as
+// application/cloudevents+json (parameters such as charset are ignored).
+func (m *Message) IsJSON() bool { return IsJSONContentType(m.ContentType) }
+
+// ContentTypeJSON is the content type of a message whose ContentType is
+// empty.
+const ContentTypeJSON = "application/json"
+
+// IsJSONContentType reports whether ct names JSON: "" (the default),
+// application/json, or any type with the "+json" suffix (RFC 6839), case
+// and parameters ignored. An unparsable ct is not JSON.
+func IsJSONContentType(ct string) bool {
+	if ct == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	return mt == ContentTypeJSON || strings.HasSuffix(mt, "+json")
 }
 
 // GroupKey identifies the FIFO scope of m: tenant, topic and group.
@@ -121,17 +171,39 @@ type Enqueued struct {
 
 // Limits on message fields, checked by ValidateMessage before any SQL runs.
 const (
-	MaxPayloadBytes  = 1 << 20 // 1 MiB
-	MaxKeyLength     = 255     // Tenant, Topic, Group, IdempotencyKey, ID
-	MaxHeaderBytes   = 16 << 10
-	MaxAttemptsLimit = 1000
+	// DefaultMaxPayloadBytes is the default of Options.MaxPayloadBytes
+	// (1 MiB): the largest payload Enqueue accepts unless configured
+	// otherwise.
+	DefaultMaxPayloadBytes = 1 << 20
+	MaxKeyLength           = 255 // Tenant, Topic, Group, IdempotencyKey, ID, ContentType
+	MaxHeaderBytes         = 16 << 10
+	MaxAttemptsLimit       = 1000
 )
 
+// MaxPayloadBytes is the payload limit of ValidateMessage and
+// PrepareMessage.
+//
+// Deprecated: the limit is configurable with Options.MaxPayloadBytes; this
+// is its default, DefaultMaxPayloadBytes.
+const MaxPayloadBytes = DefaultMaxPayloadBytes
+
+// PayloadLimiter is implemented by stores that cannot hold payloads of any
+// size. MaxPayloadBytes is the store's hard ceiling: the largest payload
+// it stores. New refuses an Options.MaxPayloadBytes above it (every
+// Enqueue then fails), and the store refuses a larger payload itself with
+// a *PayloadTooLargeError.
+type PayloadLimiter interface {
+	MaxPayloadBytes() int
+}
+
 // ValidateMessage checks the caller-set fields of m and returns a
-// *ValidationError (matching ErrInvalidInput) naming the first bad field.
-// Adapters call it before touching the database, so a bad message never
-// aborts the caller's transaction.
-func ValidateMessage(m *Message) error {
+// *ValidationError (matching ErrInvalidInput) naming the first bad field,
+// or a *PayloadTooLargeError when the payload exceeds
+// DefaultMaxPayloadBytes. Adapters call it before touching the database,
+// so a bad message never aborts the caller's transaction.
+func ValidateMessage(m *Message) error { return validateMessage(m, DefaultMaxPayloadBytes) }
+
+func validateMessage(m *Message, maxPayload int) error {
 	if strings.TrimSpace(m.Topic) == "" {
 		return invalid("Topic", "is required")
 	}
@@ -143,6 +215,7 @@ func ValidateMessage(m *Message) error {
 	}
 	for _, f := range []struct{ name, v string }{
 		{"ID", m.ID}, {"Tenant", m.Tenant}, {"Topic", m.Topic}, {"Group", m.Group}, {"IdempotencyKey", m.IdempotencyKey},
+		{"ContentType", m.ContentType},
 	} {
 		if len(f.v) > MaxKeyLength {
 			return invalid(f.name, fmt.Sprintf("is %d bytes, the limit is %d", len(f.v), MaxKeyLength))
@@ -156,14 +229,23 @@ func ValidateMessage(m *Message) error {
 			}
 		}
 	}
-	if len(m.Payload) == 0 {
-		return invalid("Payload", "is required (a JSON document)")
+	if m.ContentType != "" {
+		if _, _, err := mime.ParseMediaType(m.ContentType); err != nil {
+			return invalid("ContentType", fmt.Sprintf("%q is not a media type (%v)", m.ContentType, err))
+		}
 	}
-	if len(m.Payload) > MaxPayloadBytes {
-		return invalid("Payload", fmt.Sprintf("is %d bytes, the limit is %d", len(m.Payload), MaxPayloadBytes))
+	if len(m.Payload) > maxPayload {
+		return &PayloadTooLargeError{Size: len(m.Payload), Limit: maxPayload}
 	}
-	if !json.Valid(m.Payload) {
-		return invalid("Payload", "is not valid JSON")
+	if m.IsJSON() {
+		switch {
+		case len(m.Payload) == 0:
+			return invalid("Payload", "is required (a JSON document; set ContentType for other payloads)")
+		case !utf8.Valid(m.Payload):
+			return invalid("Payload", "is JSON but not valid UTF-8")
+		case !json.Valid(m.Payload):
+			return invalid("Payload", fmt.Sprintf("is not valid JSON (content type %s; set ContentType for other payloads)", m.EffectiveContentType()))
+		}
 	}
 	n := 0
 	for k, v := range m.Headers {
@@ -187,9 +269,15 @@ func ValidateMessage(m *Message) error {
 // PrepareMessage validates m and fills the fields Enqueue owns: ID (a new
 // ULID when empty), IdempotencyKey (the ID when empty), Status PENDING,
 // Attempts 0, CreatedAt/UpdatedAt = now and NextAttemptAt = now when zero.
-// Store adapters call it for every message they insert.
+// Store adapters call it for every message they insert. The payload limit
+// is DefaultMaxPayloadBytes; Outbox applies Options.MaxPayloadBytes
+// instead.
 func PrepareMessage(m *Message, now time.Time) error {
-	if err := ValidateMessage(m); err != nil {
+	return prepareMessage(m, now, DefaultMaxPayloadBytes)
+}
+
+func prepareMessage(m *Message, now time.Time, maxPayload int) error {
+	if err := validateMessage(m, maxPayload); err != nil {
 		return err
 	}
 	now = now.UTC()

@@ -18,11 +18,13 @@ import (
 //	res, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Payload: body})
 //	// ... tx.Commit(): the message exists if and only if this commits.
 type Outbox[TTx any] struct {
-	store    Enqueuer[TTx]
-	policy   Policy
-	observer Observer
-	inject   HeaderInjector
-	clock    Clock
+	store      Enqueuer[TTx]
+	policy     Policy
+	observer   Observer
+	inject     HeaderInjector
+	clock      Clock
+	maxPayload int
+	err        error // a misconfiguration, returned by every Enqueue
 }
 
 // Options configures an Outbox. The zero value is valid.
@@ -38,6 +40,15 @@ type Options struct {
 	// before it is validated, e.g. the caller's trace context (outbox/otel
 	// provides one). Defaults to none.
 	Headers HeaderInjector
+	// MaxPayloadBytes is the largest payload Enqueue accepts, in bytes; a
+	// larger one is refused with a *PayloadTooLargeError naming the limit
+	// (nothing is inserted). Defaults to DefaultMaxPayloadBytes (1 MiB). It
+	// may be raised up to the store's ceiling (PayloadLimiter: 64 MiB for
+	// store/postgres and store/sqlite, 16 MiB - 64 KiB for store/mysql and
+	// store/mongo); a negative value or one above the ceiling is a
+	// misconfiguration that every Enqueue reports (see Outbox.Err). Mind
+	// memory: the processor holds up to Config.BufferSize claimed messages.
+	MaxPayloadBytes int
 }
 
 // HeaderInjector adds headers to a message at enqueue, from the caller's
@@ -48,17 +59,48 @@ type HeaderInjector interface {
 	InjectHeaders(ctx context.Context, headers map[string]string)
 }
 
-// New returns an Outbox over a store adapter.
+// New returns an Outbox over a store adapter. A misconfigured Options
+// (MaxPayloadBytes negative or above the store's ceiling) does not panic:
+// Err returns it, and so does every Enqueue and EnqueueTx.
 func New[TTx any](store Enqueuer[TTx], opts Options) *Outbox[TTx] {
-	o := &Outbox[TTx]{store: store, policy: opts.Policy, observer: opts.Observer, inject: opts.Headers, clock: opts.Clock}
+	o := &Outbox[TTx]{
+		store: store, policy: opts.Policy, observer: opts.Observer, inject: opts.Headers, clock: opts.Clock,
+		maxPayload: opts.MaxPayloadBytes,
+	}
 	if o.observer == nil {
 		o.observer = NopObserver{}
 	}
 	if o.clock == nil {
 		o.clock = SystemClock
 	}
+	if o.maxPayload == 0 {
+		o.maxPayload = DefaultMaxPayloadBytes
+	}
+	switch ceiling := payloadCeiling(store); {
+	case o.maxPayload < 0:
+		o.err = invalid("Options.MaxPayloadBytes", fmt.Sprintf("must not be negative, got %d", o.maxPayload))
+	case ceiling > 0 && o.maxPayload > ceiling:
+		o.err = invalid("Options.MaxPayloadBytes", fmt.Sprintf("is %d, above the store's ceiling of %d bytes", o.maxPayload, ceiling))
+	}
 	return o
 }
+
+// payloadCeiling is the store's PayloadLimiter ceiling, or 0.
+func payloadCeiling(store any) int {
+	if l, ok := store.(PayloadLimiter); ok {
+		return l.MaxPayloadBytes()
+	}
+	return 0
+}
+
+// Err reports a misconfiguration of the Options given to New (nil when
+// there is none). Every Enqueue and EnqueueTx returns it before doing
+// anything; a program may check it once at start.
+func (o *Outbox[TTx]) Err() error { return o.err }
+
+// MaxPayloadBytes returns the payload limit this Outbox enforces
+// (Options.MaxPayloadBytes or its default).
+func (o *Outbox[TTx]) MaxPayloadBytes() int { return o.maxPayload }
 
 // Enqueue inserts msgs in a transaction of the store's own. It returns one
 // Enqueued per message, in order. Nothing is inserted when any message is
@@ -86,6 +128,9 @@ func (o *Outbox[TTx]) EnqueueTx(ctx context.Context, tx TTx, msgs ...Message) ([
 }
 
 func (o *Outbox[TTx]) prepare(ctx context.Context, msgs []Message) (MessageEnqueueParams, error) {
+	if o.err != nil {
+		return MessageEnqueueParams{}, o.err
+	}
 	now := o.clock.Now()
 	out := make([]Message, len(msgs))
 	for i := range msgs {
@@ -100,7 +145,7 @@ func (o *Outbox[TTx]) prepare(ctx context.Context, msgs []Message) (MessageEnque
 				m.Headers = nil
 			}
 		}
-		if err := PrepareMessage(&m, now); err != nil {
+		if err := prepareMessage(&m, now, o.maxPayload); err != nil {
 			return MessageEnqueueParams{}, fmt.Errorf("message %d: %w", i, err)
 		}
 		if o.policy != nil {
@@ -119,7 +164,7 @@ func (o *Outbox[TTx]) prepare(ctx context.Context, msgs []Message) (MessageEnque
 		}
 		out[i] = m
 	}
-	return MessageEnqueueParams{Messages: out, Now: now, Prepared: true}, nil
+	return MessageEnqueueParams{Messages: out, Now: now, Prepared: true, MaxPayloadBytes: o.maxPayload}, nil
 }
 
 func (o *Outbox[TTx]) finish(ctx context.Context, res []Enqueued, err error) ([]Enqueued, error) {

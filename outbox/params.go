@@ -195,17 +195,33 @@ func requireID(field, id string) error {
 // Prepare returns copies of p.Messages ready to insert at the precision of
 // a store (times in UTC truncated to precision): when p.Prepared is false
 // (a direct call, not through Outbox) each message first goes through
-// PrepareMessage with now, so validation and defaults happen exactly once
-// on every path. Two messages with the same ID are refused.
+// PrepareMessage with now (and p.MaxPayloadBytes), so validation and
+// defaults happen exactly once on every path. Two messages with the same
+// ID are refused.
 func (p MessageEnqueueParams) Prepare(now time.Time, precision time.Duration) ([]Message, error) {
+	return p.PrepareWithin(now, precision, 0)
+}
+
+// PrepareWithin is Prepare for a store with a payload ceiling (its
+// PayloadLimiter's MaxPayloadBytes): a payload above ceiling is refused
+// with a *PayloadTooLargeError (StoreCeiling set) whether or not the
+// messages were prepared already. A ceiling of 0 means none.
+func (p MessageEnqueueParams) PrepareWithin(now time.Time, precision time.Duration, ceiling int) ([]Message, error) {
 	out := make([]Message, len(p.Messages))
 	ids := make(map[string]int, len(p.Messages))
+	limit := p.MaxPayloadBytes
+	if limit <= 0 {
+		limit = DefaultMaxPayloadBytes
+	}
 	for i := range p.Messages {
 		m := p.Messages[i]
 		if !p.Prepared {
-			if err := PrepareMessage(&m, now); err != nil {
+			if err := prepareMessage(&m, now, limit); err != nil {
 				return nil, fmt.Errorf("message %d: %w", i, err)
 			}
+		}
+		if ceiling > 0 && len(m.Payload) > ceiling {
+			return nil, fmt.Errorf("message %d: %w", i, &PayloadTooLargeError{Size: len(m.Payload), Limit: ceiling, StoreCeiling: true})
 		}
 		m.CreatedAt = m.CreatedAt.UTC().Truncate(precision)
 		m.UpdatedAt = m.UpdatedAt.UTC().Truncate(precision)

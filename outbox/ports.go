@@ -151,6 +151,10 @@ type MessageEnqueueParams struct {
 	// Prepared reports that every message went through PrepareMessage
 	// (Outbox sets it). A direct caller leaves it false.
 	Prepared bool
+	// MaxPayloadBytes is the payload limit Prepare applies to messages not
+	// prepared yet; 0 means DefaultMaxPayloadBytes. Outbox sets it to its
+	// Options.MaxPayloadBytes.
+	MaxPayloadBytes int
 }
 
 // OutcomeKind says what a publish attempt led to, and so what MessageFinish

@@ -44,6 +44,9 @@ type Dialect struct {
 	SplitStatements bool
 	// MaxPrefix is the longest table prefix.
 	MaxPrefix int
+	// MaxPayload is the largest payload the store holds, in bytes (its
+	// outbox.PayloadLimiter ceiling).
+	MaxPayload int
 	// InboxInsert renders, for the inbox table, the statement recording an
 	// inbox claim (consumer, tenant, message ID, time) without failing on a
 	// repeat; InboxInserted reads from its result whether it inserted.

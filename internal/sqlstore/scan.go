@@ -16,7 +16,7 @@ import (
 // ScanMessage reads.
 const MessageCols = `seq, id, tenant, topic, grp, idempotency_key, payload, headers, status,
 	attempts, max_attempts, next_attempt_at, provider_message_id, last_error_code, last_error_message,
-	created_at, updated_at, claimed_at, claimed_by, sent_at, delivered_at, read_at, blocks_group`
+	created_at, updated_at, claimed_at, claimed_by, sent_at, delivered_at, read_at, blocks_group, content_type`
 
 // AttemptCols is the attempt table's column list, in the order ScanAttempt
 // reads and AttemptRows writes.
@@ -82,11 +82,11 @@ func ScanMessage(r RowScanner) (outbox.Message, error) {
 	)
 	err := r.Scan(&m.Seq, &m.ID, &m.Tenant, &m.Topic, &m.Group, &m.IdempotencyKey, &payload, &headers, &status,
 		&m.Attempts, &m.MaxAttempts, &next, &provider, &errCode, &errMsg,
-		&created, &updated, &claimedAt, &claimBy, &sentAt, &deliv, &readA, &m.BlocksGroup)
+		&created, &updated, &claimedAt, &claimBy, &sentAt, &deliv, &readA, &m.BlocksGroup, &m.ContentType)
 	if err != nil {
 		return outbox.Message{}, err
 	}
-	m.Payload = json.RawMessage(payload)
+	m.Payload = payload
 	if len(headers) > 0 {
 		if err := json.Unmarshal(headers, &m.Headers); err != nil {
 			return outbox.Message{}, fmt.Errorf("message %s: headers: %w", m.ID, err)

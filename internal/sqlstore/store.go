@@ -258,7 +258,24 @@ func (s *Store) MessageEnqueueTx(ctx context.Context, tx *sql.Tx, p outbox.Messa
 // already, or here for a direct caller (p.Prepare), with times at the
 // stored precision (the microsecond).
 func (s *Store) prepare(p outbox.MessageEnqueueParams) ([]outbox.Message, error) {
-	return p.Prepare(s.now(p.Now), time.Microsecond)
+	return p.PrepareWithin(s.now(p.Now), time.Microsecond, s.d.MaxPayload)
+}
+
+// MaxPayloadBytes implements outbox.PayloadLimiter: the largest payload the
+// store holds (see the store's Options documentation).
+func (s *Store) MaxPayloadBytes() int { return s.d.MaxPayload }
+
+// PayloadArg is a message's payload as an insert argument: JSON as text
+// (so the database's JSON functions read it as today), other content
+// types as bytes (a BLOB; never nil, so an empty payload is not NULL).
+func PayloadArg(m *outbox.Message) any {
+	if m.IsJSON() {
+		return string(m.Payload)
+	}
+	if m.Payload == nil {
+		return []byte{}
+	}
+	return m.Payload
 }
 
 // MessageClaim implements outbox.Store: it checks p, then leases up to

@@ -46,7 +46,7 @@ func (s *Store) insert(ctx context.Context, q sqlstore.Querier, msgs []outbox.Me
 			headers = b
 		}
 		res, err := q.ExecContext(ctx, s.q.insert,
-			m.ID, m.Tenant, m.Topic, m.Group, m.IdempotencyKey, []byte(m.Payload), headers,
+			m.ID, m.Tenant, m.Topic, m.Group, m.IdempotencyKey, sqlstore.PayloadArg(&m), m.ContentType, headers,
 			m.MaxAttempts, ts(m.NextAttemptAt), ts(m.CreatedAt), ts(m.UpdatedAt))
 		if err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)

@@ -93,8 +93,12 @@ var dialect = sqlstore.Dialect{
 	TableExists:     `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?`,
 	SplitStatements: true,
 	MaxPrefix:       32,
-	InboxInsert:     inboxInsert,
-	InboxInserted:   inboxInserted,
+	// payload is a MEDIUMBLOB (16 MiB - 1); 64 KiB stay for the rest of
+	// the row and the statement within a 16 MiB max_allowed_packet
+	// (MariaDB's default; MySQL 8's is 64 MiB).
+	MaxPayload:    16<<20 - 64<<10,
+	InboxInsert:   inboxInsert,
+	InboxInserted: inboxInserted,
 }
 
 // New returns a Store over db, a database opened with the
@@ -181,9 +185,9 @@ func newQueries(prefix string) queries {
 	// "id = id" changes nothing: a duplicate (tenant, idempotency_key) or id
 	// inserts nothing, reports 0 affected rows and raises no error, so the
 	// caller's transaction goes on.
-	q.insert = `INSERT INTO ` + m + ` (id, tenant, topic, grp, idempotency_key, payload, headers, status,
+	q.insert = `INSERT INTO ` + m + ` (id, tenant, topic, grp, idempotency_key, payload, content_type, headers, status,
 		attempts, max_attempts, next_attempt_at, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, 'PENDING', 0, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'PENDING', 0, ?, ?, ?, ?)
 		ON DUPLICATE KEY UPDATE id = id`
 	q.lockGroup = `INSERT INTO ` + q.groups + ` (tenant, topic, grp) VALUES (?, ?, ?)
 		ON DUPLICATE KEY UPDATE grp = grp`

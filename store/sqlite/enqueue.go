@@ -29,7 +29,7 @@ func (s *Store) insert(ctx context.Context, q sqlstore.Querier, msgs []outbox.Me
 			headers = string(b)
 		}
 		stored, err := sqlstore.ScanMessage(ins.QueryRowContext(ctx,
-			m.ID, m.Tenant, m.Topic, m.Group, m.IdempotencyKey, string(m.Payload), headers,
+			m.ID, m.Tenant, m.Topic, m.Group, m.IdempotencyKey, sqlstore.PayloadArg(&m), m.ContentType, headers,
 			m.MaxAttempts, m.NextAttemptAt.UnixMicro(), m.CreatedAt.UnixMicro(), m.UpdatedAt.UnixMicro()))
 		switch {
 		case err == nil:

@@ -144,8 +144,11 @@ var dialect = sqlstore.Dialect{
 			name       TEXT    NOT NULL,
 			applied_at INTEGER NOT NULL)`
 	},
-	TableExists:   `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?`,
-	MaxPrefix:     64,
+	TableExists: `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?`,
+	MaxPrefix:   64,
+	// SQLite holds values up to 1 GB; 64 MiB bounds what one message
+	// makes the processor hold in memory.
+	MaxPayload:    64 << 20,
 	InboxInsert:   inboxInsert,
 	InboxInserted: inboxInserted,
 }
@@ -302,9 +305,9 @@ type queries struct {
 func newQueries(prefix string) queries {
 	m, a := prefix+"messages", prefix+"attempts"
 	q := queries{messages: m, attempts: a}
-	q.insert = `INSERT INTO ` + m + ` (id, tenant, topic, grp, idempotency_key, payload, headers, status,
+	q.insert = `INSERT INTO ` + m + ` (id, tenant, topic, grp, idempotency_key, payload, content_type, headers, status,
 		attempts, max_attempts, next_attempt_at, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, 'PENDING', 0, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'PENDING', 0, ?, ?, ?, ?)
 		ON CONFLICT DO NOTHING
 		RETURNING ` + sqlstore.MessageCols
 	q.selectByKey = `SELECT ` + sqlstore.MessageCols + ` FROM ` + m + ` WHERE tenant = ? AND idempotency_key = ?`

@@ -155,6 +155,9 @@ func testEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 			{Topic: "t", Group: strings.Repeat("g", 300), Payload: json.RawMessage(`1`)}, // too long
 			{Topic: "t", Tenant: "a\x00b", Payload: json.RawMessage(`1`)},                // control character
 			{Topic: "t", MaxAttempts: -1, Payload: json.RawMessage(`1`)},
+			{Topic: "t", Payload: []byte{0x0a, 0x00, 0xff}},                      // binary under the JSON default
+			{Topic: "t", Payload: []byte("\"\xff\"")},                            // JSON, not UTF-8
+			{Topic: "t", ContentType: "not a media type", Payload: []byte{0x0a}}, // bad content type
 		}
 		tx := e.begin()
 		for i, m := range bad {

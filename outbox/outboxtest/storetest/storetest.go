@@ -36,6 +36,7 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 		}
 	}
 	t.Run("Enqueue", func(t *testing.T) { testEnqueue(t, h) })
+	t.Run("Payload", func(t *testing.T) { testPayload(t, h) })
 	t.Run("Claim", func(t *testing.T) { testClaim(t, h) })
 	t.Run("FIFO", func(t *testing.T) { testFIFO(t, h) })
 	t.Run("Finish", func(t *testing.T) { testFinish(t, h) })
