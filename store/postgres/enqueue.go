@@ -134,23 +134,45 @@ func (e *SQLEnqueuer) MessageEnqueueTx(ctx context.Context, tx *sql.Tx, p outbox
 // already, or here for a direct caller (p.Prepare), with times at the
 // stored precision (the microsecond).
 func (s *Store) prepare(p outbox.MessageEnqueueParams) ([]outbox.Message, error) {
-	return p.Prepare(s.at(p.Now), time.Microsecond)
+	return p.PrepareWithin(s.at(p.Now), time.Microsecond, MaxPayloadBytes)
 }
+
+// MaxPayloadBytes is the store's payload ceiling, 64 MiB: PostgreSQL holds
+// up to 1 GB in a value, but a claimed message is held whole in memory (by
+// the processor, up to Config.BufferSize of them) and a batch of messages
+// travels in one statement.
+const MaxPayloadBytes = 64 << 20
+
+// MaxPayloadBytes implements outbox.PayloadLimiter (see the constant).
+func (s *Store) MaxPayloadBytes() int { return MaxPayloadBytes }
+
+// MaxPayloadBytes implements outbox.PayloadLimiter (see the constant).
+func (e *SQLEnqueuer) MaxPayloadBytes() int { return MaxPayloadBytes }
 
 type tenantKey struct{ tenant, key string }
 
 func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Message) ([]outbox.Enqueued, error) {
 	n := len(msgs)
 	var (
-		ids, tenants, topics, groups, keys, payloads = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		headers                                      = make([]*string, n)
+		ids, tenants, topics, groups, keys, types = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		payloads, headers                         = make([]*string, n), make([]*string, n)
+		binary                                    = make([][]byte, n)
 		maxAttempts                                  = make([]int32, n)
 		next                                         = make([]time.Time, n)
 	)
 	for i := range msgs {
 		m := &msgs[i]
 		ids[i], tenants[i], topics[i], groups[i], keys[i] = m.ID, m.Tenant, m.Topic, m.Group, m.IdempotencyKey
-		payloads[i] = string(m.Payload)
+		// JSON goes to the json column (operators and triggers query it),
+		// everything else to bytea, byte for byte (never nil: NULL marks
+		// the column not used).
+		types[i] = m.ContentType
+		if m.IsJSON() {
+			p := string(m.Payload)
+			payloads[i] = &p
+		} else {
+			binary[i] = append([]byte{}, m.Payload...)
+		}
 		if len(m.Headers) > 0 {
 			b, err := json.Marshal(m.Headers)
 			if err != nil {
@@ -162,9 +184,10 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		maxAttempts[i] = int32(m.MaxAttempts) //nolint:gosec // validated <= MaxAttemptsLimit
 		next[i] = m.NextAttemptAt
 	}
-	stmt, args := s.sql.enqueue, []any{ids, tenants, topics, groups, keys, payloads, headers, maxAttempts, next, msgs[0].CreatedAt, s.groupNS, s.channel}
+	stmt, args := s.sql.enqueue, []any{ids, tenants, topics, groups, keys, payloads, headers, maxAttempts, next, types, binary,
+		msgs[0].CreatedAt, s.groupNS, s.channel}
 	if s.opts.DisableNotify {
-		stmt, args = s.sql.enqueueNoNotify, args[:11]
+		stmt, args = s.sql.enqueueNoNotify, args[:13]
 	}
 	r, err := query(ctx, stmt, args...)
 	if err != nil {

@@ -32,7 +32,7 @@ type sqlText struct {
 // msgCols is the column list scanned by scanMessage, in order.
 const msgCols = `id, seq, tenant, topic, grp, idempotency_key, status, attempts, max_attempts,
 	next_attempt_at, created_at, updated_at, claimed_at, claimed_by, provider_message_id,
-	last_error_code, last_error_message, sent_at, delivered_at, read_at, headers, payload, blocks_group`
+	last_error_code, last_error_message, sent_at, delivered_at, read_at, headers, payload, blocks_group, content_type, payload_bytes`
 
 func prefixed(alias string) string {
 	cols := strings.Split(msgCols, ",")
@@ -57,28 +57,29 @@ func buildSQL(s *Store) sqlText {
 		notifyCTE, notifyJoin := "", ""
 		if notify {
 			notifyCTE = `, notified AS (
-	SELECT count(pg_notify($12, '')) AS n FROM (SELECT 1 FROM ins LIMIT 1) x
+	SELECT count(pg_notify($14, '')) AS n FROM (SELECT 1 FROM ins LIMIT 1) x
 )`
 			notifyJoin = " CROSS JOIN notified"
 		}
 		return q(`WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int4[], $9::timestamptz[])
-		WITH ORDINALITY AS u(id, tenant, topic, grp, ikey, payload, headers, max_attempts, next_attempt_at, ord)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int4[], $9::timestamptz[],
+		$10::text[], $11::bytea[])
+		WITH ORDINALITY AS u(id, tenant, topic, grp, ikey, payload, headers, max_attempts, next_attempt_at, content_type, payload_bytes, ord)
 ), locks AS MATERIALIZED (
 	-- Serialise the enqueues of each group until commit, taken before any
 	-- sequence number is drawn, in key order (no deadlock inside a batch).
 	-- A group's commit order is therefore its sequence order.
 	SELECT count(*) AS n FROM (
-		SELECT pg_advisory_xact_lock($11::int4, k) FROM (
+		SELECT pg_advisory_xact_lock($13::int4, k) FROM (
 			SELECT DISTINCT hashtext(tenant || chr(31) || topic || chr(31) || grp) AS k
 			FROM input WHERE grp <> '' ORDER BY 1
 		) keys
 	) taken
 ), ins AS (
 	INSERT INTO {T} (id, tenant, topic, grp, idempotency_key, status, attempts, max_attempts,
-		next_attempt_at, created_at, updated_at, headers, payload)
+		next_attempt_at, created_at, updated_at, headers, payload, content_type, payload_bytes)
 	SELECT i.id, i.tenant, i.topic, i.grp, i.ikey, 'PENDING', 0, i.max_attempts,
-		i.next_attempt_at, $10, $10, i.headers::jsonb, i.payload::json
+		i.next_attempt_at, $12, $12, i.headers::jsonb, i.payload::json, i.content_type, i.payload_bytes
 	FROM input i CROSS JOIN locks l
 	WHERE l.n >= 0
 	ORDER BY i.ord
@@ -469,7 +470,7 @@ type msgRow struct {
 	claimedAt, sentAt, deliveredAt, readAt              *time.Time
 	claimedBy, providerID, errCode, errMsg, status, grp *string
 	headers                                             []byte
-	payload                                             []byte
+	payload, payloadBytes                               []byte
 	blocks                                              *bool
 }
 
@@ -478,7 +479,7 @@ func (r *msgRow) dest() []any {
 	return []any{&m.ID, &m.Seq, &m.Tenant, &m.Topic, &r.grp, &m.IdempotencyKey, &r.status,
 		&m.Attempts, &m.MaxAttempts, &m.NextAttemptAt, &m.CreatedAt, &m.UpdatedAt,
 		&r.claimedAt, &r.claimedBy, &r.providerID, &r.errCode, &r.errMsg,
-		&r.sentAt, &r.deliveredAt, &r.readAt, &r.headers, &r.payload, &r.blocks}
+		&r.sentAt, &r.deliveredAt, &r.readAt, &r.headers, &r.payload, &r.blocks, &m.ContentType, &r.payloadBytes}
 }
 
 func (r *msgRow) message() (outbox.Message, error) {
@@ -498,7 +499,12 @@ func (r *msgRow) message() (outbox.Message, error) {
 			return m, err
 		}
 	}
-	m.Payload = append(json.RawMessage(nil), r.payload...)
+	// JSON payloads are in payload (json), the others in payload_bytes.
+	if r.payload != nil {
+		m.Payload = append([]byte(nil), r.payload...)
+	} else {
+		m.Payload = append([]byte{}, r.payloadBytes...)
+	}
 	m.BlocksGroup = r.blocks != nil && *r.blocks
 	return m, nil
 }
