@@ -157,8 +157,8 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		ids, tenants, topics, groups, keys, types = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		payloads, headers                         = make([]*string, n), make([]*string, n)
 		binary                                    = make([][]byte, n)
-		maxAttempts                                  = make([]int32, n)
-		next                                         = make([]time.Time, n)
+		maxAttempts                               = make([]int32, n)
+		next                                      = make([]time.Time, n)
 	)
 	for i := range msgs {
 		m := &msgs[i]
