@@ -80,37 +80,20 @@ func (s *Store) MessageEnqueueTx(ctx context.Context, tx context.Context, p outb
 	return s.insert(mongo.NewSessionContext(ctx, sess), msgs, sess.TransactionRunning())
 }
 
-// prepare validates and completes copies of the messages.
+// prepare returns copies of the messages ready to insert: prepared by
+// outbox.Outbox already, or here for a direct caller, with times at the
+// stored precision (the millisecond) and payloads within MaxPayloadBytes.
 func (s *Store) prepare(p outbox.MessageEnqueueParams) ([]outbox.Message, error) {
-	now := s.now(p.Now)
-	out := make([]outbox.Message, len(p.Messages))
-	for i, m := range p.Messages {
-		if err := outbox.ValidateMessage(&m); err != nil {
-			return nil, fmt.Errorf("message %d: %w", i, err)
-		}
-		if m.ID == "" {
-			m.ID = outbox.NewID(now)
-		}
-		if m.IdempotencyKey == "" {
-			m.IdempotencyKey = m.ID
-		}
-		if m.CreatedAt.IsZero() {
-			m.CreatedAt = now
-		}
-		m.CreatedAt = m.CreatedAt.UTC().Truncate(time.Millisecond)
-		if m.UpdatedAt.IsZero() {
-			m.UpdatedAt = m.CreatedAt
-		}
-		if m.NextAttemptAt.IsZero() {
-			m.NextAttemptAt = m.CreatedAt
-		}
-		m.NextAttemptAt = m.NextAttemptAt.UTC().Truncate(time.Millisecond)
-		m.Status = outbox.StatusPending
-		m.Attempts = 0
-		out[i] = m
-	}
-	return out, nil
+	return p.PrepareWithin(s.now(p.Now), time.Millisecond, MaxPayloadBytes)
 }
+
+// MaxPayloadBytes is the store's payload ceiling: a MongoDB document holds
+// at most 16 MiB, and 64 KiB of it stay for the message's other fields
+// (headers up to 16 KiB, five keys up to 255 bytes each).
+const MaxPayloadBytes = 16<<20 - 64<<10
+
+// MaxPayloadBytes implements outbox.PayloadLimiter (see the constant).
+func (s *Store) MaxPayloadBytes() int { return MaxPayloadBytes }
 
 type tenantKey struct{ tenant, key string }
 

@@ -16,7 +16,11 @@ type msgDoc struct {
 	Group       string            `bson:"grp"`
 	GKey        string            `bson:"gkey"` // "" for unordered, else lenKey(tenant, topic, group)
 	Key         string            `bson:"key"`
+	// Payload holds a JSON payload as a string (as before content types);
+	// PayloadBin holds any other payload as BSON binary, byte for byte.
 	Payload     string            `bson:"payload"`
+	PayloadBin  []byte            `bson:"payload_bin,omitempty"`
+	ContentType string            `bson:"ct,omitempty"`
 	Headers     map[string]string `bson:"headers,omitempty"`
 	MaxAttempts int               `bson:"max_attempts"`
 	Status      string            `bson:"status"`
@@ -108,22 +112,33 @@ func (e *errDoc) info() *outbox.ErrorInfo {
 }
 
 func newDoc(m *outbox.Message, seq int64) msgDoc {
-	return msgDoc{
+	d := msgDoc{
 		ID: m.ID, Seq: seq, Tenant: m.Tenant, Topic: m.Topic, Group: m.Group, GKey: groupKey(m),
-		Key: m.IdempotencyKey, Payload: string(m.Payload), Headers: m.Headers, MaxAttempts: m.MaxAttempts,
+		Key: m.IdempotencyKey, Headers: m.Headers, MaxAttempts: m.MaxAttempts, ContentType: m.ContentType,
 		Status: string(outbox.StatusPending), NextAt: m.NextAttemptAt.UTC(),
 		CreatedAt: m.CreatedAt.UTC(), UpdatedAt: m.UpdatedAt.UTC(),
 	}
+	if m.IsJSON() {
+		d.Payload = string(m.Payload)
+	} else {
+		d.PayloadBin = m.Payload
+	}
+	return d
 }
 
 func (d *msgDoc) message() outbox.Message {
 	m := outbox.Message{
 		ID: d.ID, Tenant: d.Tenant, Topic: d.Topic, Group: d.Group, IdempotencyKey: d.Key,
-		Payload: json.RawMessage(d.Payload), MaxAttempts: d.MaxAttempts, NextAttemptAt: d.NextAt.UTC(),
+		ContentType: d.ContentType, MaxAttempts: d.MaxAttempts, NextAttemptAt: d.NextAt.UTC(),
 		Seq: d.Seq, Status: outbox.Status(d.Status), Attempts: d.Attempts, ProviderMessageID: d.ProvID,
 		LastError: d.LastError.info(), CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(),
 		ClaimedAt: tv(d.ClaimedAt), ClaimedBy: d.ClaimedBy,
 		SentAt: tv(d.SentAt), DeliveredAt: tv(d.DeliveredAt), ReadAt: tv(d.ReadAt), BlocksGroup: d.Blocks,
+	}
+	if m.IsJSON() {
+		m.Payload = []byte(d.Payload)
+	} else {
+		m.Payload = append([]byte{}, d.PayloadBin...)
 	}
 	if len(d.Headers) > 0 {
 		m.Headers = d.Headers

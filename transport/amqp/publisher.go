@@ -403,7 +403,7 @@ func publishing(m *outbox.Message) amqp.Publishing {
 	}
 	return amqp.Publishing{
 		Headers:      h,
-		ContentType:  "application/json",
+		ContentType:  m.EffectiveContentType(),
 		DeliveryMode: amqp.Persistent,
 		MessageId:    m.ID,
 		Timestamp:    m.CreatedAt,

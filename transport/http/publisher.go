@@ -77,14 +77,20 @@ type Config struct {
 	RequestTimeout time.Duration
 }
 
-// Envelope is one message in the body of a batch request.
+// Envelope is one message in the body of a batch request. A JSON payload
+// (content type "", application/json or "+json") is embedded as Payload;
+// any other payload is PayloadBase64 (standard base64 with padding in the
+// JSON; omitted when empty), with Payload null. ContentType is the message's, omitted when it
+// is "" (application/json).
 type Envelope struct {
-	ID      string            `json:"id"`
-	Tenant  string            `json:"tenant,omitempty"`
-	Topic   string            `json:"topic"`
-	Group   string            `json:"group,omitempty"`
-	Headers map[string]string `json:"headers,omitempty"`
-	Payload json.RawMessage   `json:"payload"`
+	ID            string            `json:"id"`
+	Tenant        string            `json:"tenant,omitempty"`
+	Topic         string            `json:"topic"`
+	Group         string            `json:"group,omitempty"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	ContentType   string            `json:"content_type,omitempty"`
+	Payload       json.RawMessage   `json:"payload"`
+	PayloadBase64 []byte            `json:"payload_base64,omitempty"`
 }
 
 // Publisher POSTs outbox messages as JSON to a webhook URL. It implements
@@ -92,7 +98,8 @@ type Envelope struct {
 //
 // # Requests
 //
-// In the default mode each message is one request: the body is its Payload,
+// In the default mode each message is one request: the body is its Payload
+// with its content type as Content-Type (application/json when it has none),
 // Idempotency-Key and HeaderID are its ID, HeaderTenant, HeaderTopic and
 // HeaderGroup carry the rest, and its Headers are sent as HTTP headers
 // (names the Publisher sets itself, and Host, Content-Length,
@@ -276,7 +283,7 @@ func (p *Publisher) sendOne(ctx context.Context, m outbox.Message) outbox.Result
 	if m.Group != "" {
 		h.Set(HeaderGroup, m.Group)
 	}
-	return p.post(ctx, m.Tenant, m.ID, m.Payload, h)
+	return p.post(ctx, m.Tenant, m.ID, m.EffectiveContentType(), m.Payload, h)
 }
 
 // sendBatch posts the messages at idx, all of tenant, as one request.
@@ -285,7 +292,12 @@ func (p *Publisher) sendBatch(ctx context.Context, tenant string, msgs []outbox.
 	ids := make([]string, len(idx))
 	for j, i := range idx {
 		m := &msgs[i]
-		envs[j] = Envelope{ID: m.ID, Tenant: m.Tenant, Topic: m.Topic, Group: m.Group, Headers: m.Headers, Payload: m.Payload}
+		envs[j] = Envelope{ID: m.ID, Tenant: m.Tenant, Topic: m.Topic, Group: m.Group, Headers: m.Headers, ContentType: m.ContentType}
+		if m.IsJSON() {
+			envs[j].Payload = m.Payload
+		} else {
+			envs[j].PayloadBase64 = m.Payload
+		}
 		ids[j] = m.ID
 	}
 	body, err := json.Marshal(envs)
@@ -293,14 +305,14 @@ func (p *Publisher) sendBatch(ctx context.Context, tenant string, msgs []outbox.
 		// Only an invalid Payload gets here: fail the messages one by one.
 		for _, i := range idx {
 			out[i].Err = outbox.Permanent("invalid_payload", "the payload is not a JSON document")
-			if json.Valid(msgs[i].Payload) {
+			if !msgs[i].IsJSON() || json.Valid(msgs[i].Payload) {
 				out[i].Err = outbox.Retryable("encode", "another message of the batch has an invalid payload")
 			}
 		}
 		return
 	}
 	sum := sha256.Sum256([]byte(strings.Join(ids, ",")))
-	res := p.post(ctx, tenant, hex.EncodeToString(sum[:]), body, nethttp.Header{})
+	res := p.post(ctx, tenant, hex.EncodeToString(sum[:]), outbox.ContentTypeJSON, body, nethttp.Header{})
 	retryable := res.Err != nil && outbox.IsRetryable(res.Err)
 	first := map[string]bool{}
 	for _, i := range idx {
@@ -317,7 +329,7 @@ func (p *Publisher) sendBatch(ctx context.Context, tenant string, msgs []outbox.
 }
 
 // post sends one request and maps the response to a Result.
-func (p *Publisher) post(ctx context.Context, tenant, key string, body []byte, h nethttp.Header) outbox.Result {
+func (p *Publisher) post(ctx context.Context, tenant, key, contentType string, body []byte, h nethttp.Header) outbox.Result {
 	var secret []byte
 	if p.secret != nil {
 		s, err := p.secret(ctx, tenant)
@@ -343,7 +355,7 @@ func (p *Publisher) post(ctx context.Context, tenant, key string, body []byte, h
 			req.Header[k] = vs
 		}
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", contentType)
 	req.Header.Set(HeaderIdempotencyKey, key)
 	req.Header.Del(HeaderTenant)
 	if tenant != "" {

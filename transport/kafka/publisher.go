@@ -32,7 +32,7 @@ const (
 	HeaderTopic       = "outbox-topic"
 	HeaderGroup       = "outbox-group" // set when the message has a group
 	HeaderSeq         = "outbox-seq"   // the store-assigned sequence, decimal
-	HeaderContentType = "content-type" // application/json
+	HeaderContentType = "content-type" // the message's content type (application/json by default)
 )
 
 // Producer is the part of *kgo.Client the Publisher uses.
@@ -402,7 +402,7 @@ func (p *Publisher) record(m *outbox.Message) (*kgo.Record, error) {
 	}
 	hs = append(hs,
 		kgo.RecordHeader{Key: HeaderSeq, Value: strconv.AppendInt(nil, m.Seq, 10)},
-		kgo.RecordHeader{Key: HeaderContentType, Value: contentTypeJSON})
+		kgo.RecordHeader{Key: HeaderContentType, Value: contentType(m)})
 	r := &kgo.Record{Topic: topic, Value: m.Payload, Headers: hs}
 	if m.Group != "" {
 		r.Key = []byte(m.Group)
@@ -410,7 +410,15 @@ func (p *Publisher) record(m *outbox.Message) (*kgo.Record, error) {
 	return r, nil
 }
 
-var contentTypeJSON = []byte("application/json")
+var contentTypeJSON = []byte(outbox.ContentTypeJSON)
+
+// contentType is the value of HeaderContentType for m.
+func contentType(m *outbox.Message) []byte {
+	if m.ContentType == "" {
+		return contentTypeJSON
+	}
+	return []byte(m.ContentType)
+}
 
 // classify maps a produce error to an outbox error. ctx is the Publish
 // context.

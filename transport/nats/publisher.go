@@ -32,7 +32,7 @@ const (
 	HeaderTenant      = "Outbox-Tenant" // set when the message has a tenant
 	HeaderTopic       = "Outbox-Topic"
 	HeaderGroup       = "Outbox-Group" // set when the message has a group
-	HeaderContentType = "Content-Type" // application/json
+	HeaderContentType = "Content-Type" // the message's content type (application/json by default)
 )
 
 // JetStream is the part of jetstream.JetStream the Publisher uses; a
@@ -250,7 +250,7 @@ func (p *Publisher) message(m *outbox.Message) (*nats.Msg, error) {
 	if m.Group != "" {
 		h[HeaderGroup] = []string{m.Group}
 	}
-	h[HeaderContentType] = []string{"application/json"}
+	h[HeaderContentType] = []string{m.EffectiveContentType()}
 	return &nats.Msg{Subject: subj, Data: m.Payload, Header: h}, nil
 }
 
