@@ -89,8 +89,9 @@ type Config struct {
 // the API's Results mode decides: with per-item results, SUCCESS and SKIPPED
 // are sent (ProviderMessageID is the platform's resource id), BAD_REQUEST and
 // FORBIDDEN fail permanently, every other status is retryable (the code is the
-// status). A message whose Payload is not valid JSON fails permanently
-// ("invalid_payload") and is not sent; a topic without a path fails
+// status). A message whose content type is not JSON fails permanently
+// (outbox.CodeNotJSON, "payload_not_json") and so does one whose Payload is
+// not valid JSON ("invalid_payload"); neither is sent; a topic without a path fails
 // permanently ("unknown_topic"). Error messages never contain the token.
 //
 // # Ordered groups
@@ -215,6 +216,10 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox
 		path := p.api.path(msgs[i].Topic)
 		if path == "" {
 			out[i].Err = outbox.Permanent("unknown_topic", fmt.Sprintf("topic %q has no FlowCatalyst endpoint", redact.Printable(msgs[i].Topic, 60)))
+			continue
+		}
+		if err := outbox.RequireJSON(&msgs[i]); err != nil {
+			out[i].Err = err
 			continue
 		}
 		if !json.Valid(msgs[i].Payload) {

@@ -96,3 +96,19 @@ func waves(msgs []Message) [][]int {
 	}
 	return ws
 }
+
+// CodeNotJSON is the error code of RequireJSON: a publisher that sends JSON
+// only was given a message whose content type is not JSON.
+const CodeNotJSON = "payload_not_json"
+
+// RequireJSON returns nil when m's payload is JSON (Message.IsJSON), else a
+// permanent publish error with code CodeNotJSON naming the content type.
+// Publishers whose destination takes JSON only (WhatsApp, FlowCatalyst)
+// call it first, so a protobuf or binary message routed to them is
+// dead-lettered at once with a clear reason instead of being sent.
+func RequireJSON(m *Message) error {
+	if m.IsJSON() {
+		return nil
+	}
+	return Permanent(CodeNotJSON, fmt.Sprintf("content type %q is not JSON; this publisher sends JSON payloads only", m.ContentType))
+}

@@ -33,7 +33,8 @@
 // normalised): {"to": "...", "type": "template", "template": {"name": ...,
 // "language": {"code": "en_US"}, "components": [...]}}, {"to": "...", "type":
 // "text", "text": {"body": "..."}}, or any other message type with its object.
-// See Payload.
+// See Payload. A message whose ContentType is not JSON fails permanently
+// with outbox.CodeNotJSON ("payload_not_json") before anything is sent.
 //
 // # Errors and retries
 //

@@ -258,6 +258,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox
 // or, for quotas, throttles and rate limits, an *outbox.DeferError (tried
 // again after its delay without an attempt counted).
 func (p *Publisher) Send(ctx context.Context, m *outbox.Message) outbox.Result {
+	if err := outbox.RequireJSON(m); err != nil {
+		return outbox.Result{Err: err}
+	}
 	req, err := BuildRequest(m.Payload, p.cfg.DefaultLanguage, m.ID)
 	if err != nil {
 		code := CodeInvalidPayload

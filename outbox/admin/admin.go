@@ -201,7 +201,15 @@ type Message struct {
 	DeliveredAt       *time.Time        `json:"delivered_at,omitempty"`
 	ReadAt            *time.Time        `json:"read_at,omitempty"`
 	Headers           map[string]string `json:"headers,omitempty"`
-	Payload           json.RawMessage   `json:"payload"`
+	// ContentType is the message's content type, omitted when it is ""
+	// (application/json).
+	ContentType string `json:"content_type,omitempty"`
+	// Payload is a JSON payload as it is stored; null for any other
+	// content type, whose bytes are PayloadBase64 (standard base64).
+	Payload       json.RawMessage `json:"payload"`
+	PayloadBase64 []byte          `json:"payload_base64,omitempty"`
+	// PayloadBytes is the payload's length in bytes.
+	PayloadBytes int `json:"payload_bytes"`
 	// BlocksGroup marks a dead letter that holds its group.
 	BlocksGroup bool `json:"blocks_group,omitempty"`
 }
@@ -219,7 +227,12 @@ func messageJSON(m outbox.Message) Message {
 		Status: m.Status, Attempts: m.Attempts, MaxAttempts: m.MaxAttempts, NextAttemptAt: m.NextAttemptAt,
 		ProviderMessageID: m.ProviderMessageID, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
 		SentAt: optTime(m.SentAt), DeliveredAt: optTime(m.DeliveredAt), ReadAt: optTime(m.ReadAt),
-		Headers: m.Headers, Payload: m.Payload, BlocksGroup: m.BlocksGroup,
+		Headers: m.Headers, ContentType: m.ContentType, PayloadBytes: len(m.Payload), BlocksGroup: m.BlocksGroup,
+	}
+	if m.IsJSON() {
+		out.Payload = json.RawMessage(m.Payload)
+	} else {
+		out.PayloadBase64 = m.Payload
 	}
 	if m.LastError != nil {
 		out.ErrorCode, out.ErrorMessage = m.LastError.Code, m.LastError.Message

@@ -38,6 +38,14 @@
 
   function when(t) { return t ? new Date(t).toLocaleString() : ""; }
 
+  // A JSON payload as JSON; any other as its length and the start of its
+  // base64 (binary bytes are never put on the page as text).
+  function payloadText(m) {
+    if (m.payload_base64 === undefined && m.payload !== null) return JSON.stringify(m.payload);
+    const b64 = m.payload_base64 || "";
+    return m.payload_bytes + " bytes, base64: " + (b64.length > 512 ? b64.slice(0, 512) + "…" : b64);
+  }
+
   function notice(text, isError) {
     const n = document.getElementById("notice");
     n.textContent = text;
@@ -99,7 +107,7 @@
     const fields = [["Status", d.message.status], ["Tenant", d.message.tenant], ["Topic", d.message.topic],
       ["Group", d.message.group || ""], ["Attempts", d.message.attempts], ["Created", when(d.message.created_at)],
       ["Last error", d.message.error_code ? d.message.error_code + ": " + (d.message.error_message || "") : ""],
-      ["Payload", JSON.stringify(d.message.payload)]];
+      ["Content type", d.message.content_type || "application/json"], ["Payload", payloadText(d.message)]];
     document.getElementById("detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
     document.querySelector("#attempts tbody").replaceChildren(...d.attempts.map((a) => el("tr", {},
       el("td", { class: "n" }, a.number), el("td", {}, a.outcome),
