@@ -9,13 +9,13 @@ import (
 
 // msgDoc is a message as stored in the messages collection.
 type msgDoc struct {
-	ID          string            `bson:"_id"`
-	Seq         int64             `bson:"seq"`
-	Tenant      string            `bson:"tenant"`
-	Topic       string            `bson:"topic"`
-	Group       string            `bson:"grp"`
-	GKey        string            `bson:"gkey"` // "" for unordered, else lenKey(tenant, topic, group)
-	Key         string            `bson:"key"`
+	ID     string `bson:"_id"`
+	Seq    int64  `bson:"seq"`
+	Tenant string `bson:"tenant"`
+	Topic  string `bson:"topic"`
+	Group  string `bson:"grp"`
+	GKey   string `bson:"gkey"` // "" for unordered, else lenKey(tenant, topic, group)
+	Key    string `bson:"key"`
 	// Payload holds a JSON payload as a string (as before content types);
 	// PayloadBin holds any other payload as BSON binary, byte for byte.
 	Payload     string            `bson:"payload"`
