@@ -27,6 +27,23 @@
 // (ErrInvalidInput) and messages a Policy refuses (ErrBlockedByPolicy) are
 // reported before any statement runs.
 //
+// # Payloads
+//
+// A payload is bytes with a content type (Message.ContentType, "" meaning
+// application/json). JSON types (application/json, "+json") must hold one
+// UTF-8 JSON document; any other type may hold any bytes (protobuf, Avro,
+// binary), kept byte for byte by every store. Payloads are limited to
+// Options.MaxPayloadBytes (DefaultMaxPayloadBytes, 1 MiB, by default; up to
+// the store's ceiling, see PayloadLimiter); a larger one is refused with a
+// *PayloadTooLargeError. Publishers with headers send the content type;
+// those that take JSON only fail other types permanently (RequireJSON).
+//
+//	ob := outbox.New(store, outbox.Options{MaxPayloadBytes: 4 << 20})
+//	body, err := proto.Marshal(event)
+//	res, err := ob.EnqueueTx(ctx, tx, outbox.Message{
+//		Topic: "orders", ContentType: "application/x-protobuf", Payload: body,
+//	})
+//
 // # Run
 //
 // Run the processor in one or many replicas:

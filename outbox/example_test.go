@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -160,4 +161,31 @@ func ExampleDeadLetterRule() {
 	// Output:
 	// sent: [] blocked groups: 1 account-1
 	// sent: [{"n":1} {"n":2} {"n":3}]
+}
+
+// A protobuf (or any binary) payload travels with its content type, byte
+// for byte; the size limit is an Option, refused with a typed error.
+func Example_contentType() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "outbox-example-")
+	defer os.RemoveAll(dir)
+	store, _ := sqlite.Open(ctx, filepath.Join(dir, "app.db"), sqlite.Options{})
+	defer store.Close()
+	_ = store.Migrate(ctx)
+
+	ob := outbox.New[*sql.Tx](store, outbox.Options{MaxPayloadBytes: 64 << 10})
+	body := []byte{0x0a, 0x02, 0x34, 0x32, 0x10, 0x00} // a protobuf encoding
+	res, err := ob.Enqueue(ctx, outbox.Message{Topic: "orders", ContentType: "application/x-protobuf", Payload: body})
+	if err != nil {
+		panic(err)
+	}
+	m, _ := store.MessageGet(ctx, outbox.MessageGetParams{ID: res[0].Message.ID})
+	fmt.Printf("%s %x json=%v\n", m.ContentType, m.Payload, m.IsJSON())
+
+	_, err = ob.Enqueue(ctx, outbox.Message{Topic: "orders", ContentType: "application/octet-stream", Payload: make([]byte, 100<<10)})
+	var tooLarge *outbox.PayloadTooLargeError
+	fmt.Println(errors.As(err, &tooLarge), tooLarge.Limit)
+	// Output:
+	// application/x-protobuf 0a0234321000 json=false
+	// true 65536
 }

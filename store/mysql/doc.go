@@ -53,4 +53,15 @@
 // shared with store/sqlite; what is this store's own is in claim.go and
 // finish.go (claims with SKIP LOCKED, one batched UPDATE per kind of
 // outcome), enqueue.go, the transactions and GET_LOCK for migrations.
+//
+// # Payloads
+//
+// Payloads of every content type are stored in a MEDIUMBLOB, byte for byte,
+// with the content type beside them. The store's ceiling
+// (Store.MaxPayloadBytes, outbox.PayloadLimiter) is 16 MiB - 64 KiB: the
+// column holds 16 MiB - 1, and the rest of the row and the statement must
+// fit in the server's max_allowed_packet, 16 MiB by default on MariaDB (64
+// MiB on MySQL 8). A server configured with a smaller max_allowed_packet
+// refuses large payloads with its own error; the enqueue then fails and
+// nothing is written.
 package mysql

@@ -28,6 +28,10 @@
 // Times are stored as integer Unix microseconds in UTC, so the times a Store
 // returns are truncated to the microsecond.
 //
+// JSON payloads are stored as TEXT (json_extract reads them), payloads of
+// other content types as BLOBs, byte for byte. The store's payload ceiling
+// (Store.MaxPayloadBytes, outbox.PayloadLimiter) is 64 MiB.
+//
 // # One shape for every store
 //
 // Store has the method set of every outboxkit store: the ports
