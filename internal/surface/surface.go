@@ -20,6 +20,9 @@ type Store[TTx any] interface {
 	outbox.InboxStore[TTx]
 	outbox.Waker
 	outbox.DeadLetterBlocker
+	// PayloadLimiter: MaxPayloadBytes is the largest payload the store
+	// holds, checked against outbox.Options.MaxPayloadBytes.
+	outbox.PayloadLimiter
 
 	// InTx runs fn in a new transaction, commits it when fn returns nil,
 	// and wakes the store's processors.
