@@ -11,6 +11,7 @@
 package outboxtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,9 +30,13 @@ type Want struct {
 	Topic  string
 	Group  string
 	Status outbox.Status
-	// Payload, when set, must equal the message payload as JSON (key order
-	// and spacing ignored).
-	Payload json.RawMessage
+	// ContentType, when set, must equal the message's content type
+	// exactly ("" matches any).
+	ContentType string
+	// Payload, when set, must equal the message payload: as JSON (key order
+	// and spacing ignored) when the message's content type is JSON, byte
+	// for byte otherwise.
+	Payload []byte
 	Count   int
 }
 
@@ -72,7 +77,7 @@ func require(t testing.TB, list func(context.Context, outbox.MessageListParams) 
 			t.Fatalf("outboxtest: listing messages: %v", err)
 		}
 		for _, m := range page.Messages {
-			if w.Payload == nil || jsonEqual(m.Payload, w.Payload) {
+			if (w.ContentType == "" || m.ContentType == w.ContentType) && (w.Payload == nil || payloadEqual(&m, w.Payload)) {
 				found = append(found, m)
 			}
 		}
@@ -90,7 +95,14 @@ func require(t testing.TB, list func(context.Context, outbox.MessageListParams) 
 	return found
 }
 
-func jsonEqual(a, b json.RawMessage) bool {
+func payloadEqual(m *outbox.Message, want []byte) bool {
+	if m.IsJSON() {
+		return jsonEqual(m.Payload, want)
+	}
+	return bytes.Equal(m.Payload, want)
+}
+
+func jsonEqual(a, b []byte) bool {
 	var x, y any
 	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
 		return false

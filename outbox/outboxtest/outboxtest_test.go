@@ -57,6 +57,15 @@ func TestRequireEnqueuedTxSeesUncommittedMessages(t *testing.T) {
 	if c[outbox.StatusSent] != 2 || len(rec.Sent()) != 2 {
 		t.Fatalf("counts %v, sent %v", c, rec.Sent())
 	}
+
+	// A binary payload matches byte for byte, and by content type.
+	if _, err := ob.Enqueue(ctx, outbox.Message{Tenant: "b", Topic: "events", ContentType: "application/x-protobuf", Payload: []byte{0x0a, 0x00, 0xff}}); err != nil {
+		t.Fatal(err)
+	}
+	got = outboxtest.RequireEnqueued(t, st, outboxtest.Want{Tenant: "b", ContentType: "application/x-protobuf", Payload: []byte{0x0a, 0x00, 0xff}, Count: 1})
+	if got[0].Topic != "events" {
+		t.Fatalf("got %+v", got)
+	}
 }
 
 func TestRecorderStopsAGroupAtItsFirstFailure(t *testing.T) {
