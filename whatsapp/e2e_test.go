@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -32,25 +33,27 @@ func sqliteE2E(t *testing.T, clock outbox.Clock) e2eBackend {
 	return e2eBackend{store: st, enqueue: func(t *testing.T, commit bool, msgs ...outbox.Message) {
 		t.Helper()
 		ctx := context.Background()
-		tx, err := st.DB().BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tx.Rollback() }()
-		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY AUTOINCREMENT, note TEXT)`); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (note) VALUES ('business write')`); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ob.EnqueueTx(ctx, tx, msgs...); err != nil {
-			t.Fatal(err)
-		}
-		if commit {
-			if err := tx.Commit(); err != nil {
-				t.Fatal(err)
+		// InTx begins IMMEDIATE: this transaction reads before it writes,
+		// which a deferred SQLite transaction cannot do safely beside a
+		// running processor (SQLITE_BUSY on the lock upgrade).
+		errRollback := errors.New("roll back")
+		err := st.InTx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY AUTOINCREMENT, note TEXT)`); err != nil {
+				return err
 			}
-			st.Notify()
+			if _, err := tx.ExecContext(ctx, `INSERT INTO orders (note) VALUES ('business write')`); err != nil {
+				return err
+			}
+			if _, err := ob.EnqueueTx(ctx, tx, msgs...); err != nil {
+				return err
+			}
+			if !commit {
+				return errRollback
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errRollback) {
+			t.Fatal(err)
 		}
 	}}
 }
