@@ -68,6 +68,9 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 }
 
 func (s *Store) claim(ctx context.Context, t *table, limit int, owner string) ([]outbox.Message, error) {
+	if s.mg != nil {
+		return s.claimMongo(ctx, t, limit, owner)
+	}
 	if s.mysql {
 		return s.claimMySQL(ctx, t, limit, owner)
 	}

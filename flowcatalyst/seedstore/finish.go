@@ -123,6 +123,19 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	if len(work) == 0 {
 		return res, nil
 	}
+	if s.mg != nil {
+		dbNow, err := s.serverNow(ctx)
+		if err != nil {
+			return outbox.FinishResult{}, err
+		}
+		lost, err := s.finishMongo(ctx, work, dbNow)
+		if err != nil {
+			return outbox.FinishResult{}, err
+		}
+		s.forget(keys)
+		res.LeaseLost = append(res.LeaseLost, lost...)
+		return res, nil
+	}
 	if s.mysql {
 		lost, err := s.finishMySQL(ctx, work)
 		if err != nil {
@@ -214,6 +227,15 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	timeout := max(at(p.Now).Sub(before), 0).Microseconds()
 	var res outbox.RecoverResult
 	for _, t := range s.tables {
+		if s.mg != nil {
+			rec, dead, err := s.recoverMongo(ctx, t, time.Duration(timeout)*time.Microsecond, p.MaxAttempts)
+			res.Recovered += rec
+			res.DeadLettered += dead
+			if err != nil {
+				return res, fmt.Errorf("seedstore: recover %s: %w", t.raw, err)
+			}
+			continue
+		}
 		if s.mysql {
 			rec, dead, err := s.recoverMySQL(ctx, t, timeout, p.MaxAttempts)
 			res.Recovered += rec

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -40,6 +41,30 @@ type Item struct {
 // leaves the transaction usable). Applications in other languages write the
 // same rows with plain SQL.
 func (s *Store) Insert(ctx context.Context, ex Execer, items ...Item) ([]string, error) {
+	if s.mg != nil {
+		return nil, errors.New("seedstore: Insert needs a SQL Store; use InsertMongo on MongoDB")
+	}
+	rows, err := s.prepareItems(items)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(rows))
+	for i, it := range rows {
+		t := s.tableOf(it.Topic)
+		var group any
+		if it.Group != "" {
+			group = it.Group
+		}
+		if _, err := ex.ExecContext(ctx, t.sql.insert, it.ID, it.Topic, group, string(it.Payload), at(it.CreatedAt)); err != nil {
+			return nil, fmt.Errorf("seedstore: insert into %s: %w", t.raw, err)
+		}
+		ids[i] = it.ID
+	}
+	return ids, nil
+}
+
+// prepareItems validates items and fills in their defaults.
+func (s *Store) prepareItems(items []Item) ([]Item, error) {
 	now := time.Now()
 	rows := make([]Item, len(items))
 	for i, it := range items {
@@ -63,17 +88,5 @@ func (s *Store) Insert(ctx context.Context, ex Execer, items ...Item) ([]string,
 		}
 		rows[i] = it
 	}
-	ids := make([]string, len(rows))
-	for i, it := range rows {
-		t := s.tableOf(it.Topic)
-		var group any
-		if it.Group != "" {
-			group = it.Group
-		}
-		if _, err := ex.ExecContext(ctx, t.sql.insert, it.ID, it.Topic, group, string(it.Payload), at(it.CreatedAt)); err != nil {
-			return nil, fmt.Errorf("seedstore: insert into %s: %w", t.raw, err)
-		}
-		ids[i] = it.ID
-	}
-	return ids, nil
+	return rows, nil
 }

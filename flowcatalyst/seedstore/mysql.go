@@ -44,7 +44,7 @@ import (
 //     created_at column declared with ON UPDATE CURRENT_TIMESTAMP (what
 //     MySQL gives the seed's DDL when explicit_defaults_for_timestamp is
 //     off) keeps its value, and with it the group's order.
-func NewMySQL(db DB, opts Options) (*Store, error) { return newStore(db, opts, true) }
+func NewMySQL(db DB, opts Options) (*Store, error) { return newStore(db, opts, dialectMySQL) }
 
 // MySQLDSN returns dsn (a github.com/go-sql-driver/mysql DSN such as
 // "user:pass@tcp(host:3306)/app") with what NewMySQL needs: parseTime=true,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/outboxkit/outboxkit/flowcatalyst"
 	"github.com/outboxkit/outboxkit/outbox"
@@ -16,6 +17,16 @@ func (s *Store) MessageGet(ctx context.Context, p outbox.MessageGetParams) (outb
 		return outbox.Message{}, outbox.ErrNotFound
 	}
 	for _, t := range s.tables {
+		if s.mg != nil {
+			r, found, err := s.getMongo(ctx, t, p.ID)
+			if err != nil {
+				return outbox.Message{}, fmt.Errorf("seedstore: get: %w", err)
+			}
+			if found {
+				return s.message(&r, t.topic), nil
+			}
+			continue
+		}
 		rows, err := s.db.QueryContext(ctx, t.sql.get, p.ID)
 		if err != nil {
 			return outbox.Message{}, fmt.Errorf("seedstore: get: %w", err)
@@ -66,6 +77,16 @@ func (s *Store) MessageList(ctx context.Context, p outbox.MessageListParams) (ou
 	var all []outbox.Message
 	for _, t := range s.tables {
 		if p.Topic != "" && p.Topic != t.topic {
+			continue
+		}
+		if s.mg != nil {
+			rows, err := s.listMongo(ctx, t, after, status, p.Group, limit+1)
+			if err != nil {
+				return outbox.MessagePage{}, fmt.Errorf("seedstore: list: %w", err)
+			}
+			for i := range rows {
+				all = append(all, s.message(&rows[i], t.topic))
+			}
 			continue
 		}
 		args := []any{after, status, p.Group, limit + 1}
@@ -125,6 +146,17 @@ func (s *Store) MessageCount(ctx context.Context, p outbox.MessageCountParams) (
 		return out, nil
 	}
 	for _, t := range s.tables {
+		if s.mg != nil {
+			counts, err := s.countMongo(ctx, t)
+			if err != nil {
+				return nil, fmt.Errorf("seedstore: count: %w", err)
+			}
+			for st, n := range counts {
+				r := row{status: st}
+				out[s.message(&r, t.topic).Status] += n
+			}
+			continue
+		}
 		rows, err := s.db.QueryContext(ctx, t.sql.count)
 		if err != nil {
 			return nil, fmt.Errorf("seedstore: count: %w", err)
@@ -155,6 +187,16 @@ func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParam
 		return outbox.Message{}, outbox.ErrNotFound
 	}
 	for _, t := range s.tables {
+		if s.mg != nil {
+			ok, err := s.requeueMongo(ctx, t, p.ID)
+			if err != nil {
+				return outbox.Message{}, fmt.Errorf("seedstore: requeue: %w", err)
+			}
+			if ok {
+				return s.MessageGet(ctx, outbox.MessageGetParams{ID: p.ID})
+			}
+			continue
+		}
 		res, err := s.db.ExecContext(ctx, t.sql.requeue, p.ID)
 		if err != nil {
 			return outbox.Message{}, fmt.Errorf("seedstore: requeue: %w", err)
@@ -179,6 +221,14 @@ func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (
 	}
 	total := 0
 	for _, t := range s.tables {
+		if s.mg != nil {
+			n, err := s.pruneMongo(ctx, t, at(p.Before).Truncate(time.Millisecond), limit)
+			total += n
+			if err != nil {
+				return total, fmt.Errorf("seedstore: prune: %w", err)
+			}
+			continue
+		}
 		res, err := s.db.ExecContext(ctx, t.sql.prune, at(p.Before), limit)
 		if err != nil {
 			return total, fmt.Errorf("seedstore: prune: %w", err)

@@ -81,6 +81,8 @@ import (
 	"sync"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
 	"github.com/outboxkit/outboxkit/flowcatalyst"
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -135,6 +137,10 @@ type Options struct {
 	// again while rows of it are in flight, so a small value bounds the
 	// group's rate to MaxClaimPerGroup rows per poll.
 	MaxClaimPerGroup int
+	// LocksCollection is the collection of the claim locks of a MongoDB
+	// Store (NewMongo); unused on SQL databases. Defaults to
+	// "outbox_processor_locks".
+	LocksCollection string
 }
 
 // DefaultNullGroup is the group of rows whose message_group is NULL, as in
@@ -147,13 +153,26 @@ type table struct {
 	raw   string
 	sql   statements
 	my    mysqlStatements
+
+	coll      *mongo.Collection // NewMongo
+	lastGroup *string           // NewMongo: the group claimed last (round robin); guarded by Store.mu
 }
+
+// dialect is the database a Store works on.
+type dialect int
+
+const (
+	dialectPostgres dialect = iota
+	dialectMySQL
+	dialectMongo
+)
 
 // Store is an outbox.Store over seed 004's tables. It is safe for
 // concurrent use.
 type Store struct {
 	db     DB
 	mysql  bool     // the MySQL/MariaDB dialect (NewMySQL)
+	mg     *mongoDB // MongoDB (NewMongo); db is nil then
 	tables []*table // events, dispatch jobs
 	log    *slog.Logger
 
@@ -200,12 +219,13 @@ func CheckTableName(name string) error {
 
 // New returns a Store over db, a PostgreSQL database. It does not touch the
 // database; see CreateTables.
-func New(db DB, opts Options) (*Store, error) { return newStore(db, opts, false) }
+func New(db DB, opts Options) (*Store, error) { return newStore(db, opts, dialectPostgres) }
 
-func newStore(db DB, opts Options, mysql bool) (*Store, error) {
-	if db == nil {
+func newStore(db DB, opts Options, d dialect) (*Store, error) {
+	if db == nil && d != dialectMongo {
 		return nil, outbox.InvalidParam("db", "is nil")
 	}
+	mysql := d == dialectMySQL
 	if opts.EventsTable == "" {
 		opts.EventsTable = DefaultEventsTable
 	}
@@ -234,6 +254,10 @@ func newStore(db DB, opts Options, mysql bool) (*Store, error) {
 		if mysql {
 			quote = "`"
 		}
+		if d == dialectMongo {
+			s.tables = append(s.tables, &table{topic: t.topic, name: t.name, raw: t.name})
+			continue
+		}
 		q, err := quoteIdentWith(t.name, quote)
 		if err != nil {
 			return nil, outbox.InvalidParam(t.field, err.Error())
@@ -256,7 +280,13 @@ func (s *Store) Topics() []string {
 
 // CreateTables creates the two tables and their indexes, as seed 004
 // defines them, when they do not exist yet.
+//
+// On MongoDB (NewMongo) it creates the seed's index on both collections
+// (collections come into being with their first document).
 func (s *Store) CreateTables(ctx context.Context) error {
+	if s.mg != nil {
+		return s.createTablesMongo(ctx)
+	}
 	if s.mysql {
 		return s.createTablesMySQL(ctx)
 	}
