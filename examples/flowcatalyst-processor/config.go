@@ -63,6 +63,7 @@ type config struct {
 
 	mysql    bool   // database-type MYSQL
 	mysqlDSN string // database-url as the MySQL driver's DSN
+	mongo    bool   // database-type MONGODB
 
 	api     flowcatalyst.API
 	backoff []time.Duration
@@ -147,16 +148,16 @@ func options() []option {
 		o("api-batch-size", "100", "most items per FlowCatalyst request", func(c *config) func(string) error { return intVal(&c.APIBatchSize) }),
 		o("max-concurrent-groups", "10", "most message groups sending at once", func(c *config) func(string) error { return intVal(&c.MaxConcurrentGroups) }),
 		o("global-buffer-size", "1000", "most claimed rows held in memory", func(c *config) func(string) error { return intVal(&c.GlobalBufferSize) }),
-		o("database-type", "POSTGRESQL", "POSTGRESQL or MYSQL (MySQL 8, MariaDB 10.6+); MONGODB is not supported yet", func(c *config) func(string) error { return stringVal(&c.DatabaseType) }),
-		o("events-table", "outbox_events", "events table, optionally schema.table", func(c *config) func(string) error { return stringVal(&c.EventsTable) }),
-		o("dispatch-jobs-table", "outbox_dispatch_jobs", "dispatch jobs table, optionally schema.table", func(c *config) func(string) error { return stringVal(&c.DispatchJobsTable) }),
+		o("database-type", "POSTGRESQL", "POSTGRESQL, MYSQL (MySQL 8, MariaDB 10.6+) or MONGODB", func(c *config) func(string) error { return stringVal(&c.DatabaseType) }),
+		o("events-table", "outbox_events", "events table (MongoDB: collection), optionally schema.table", func(c *config) func(string) error { return stringVal(&c.EventsTable) }),
+		o("dispatch-jobs-table", "outbox_dispatch_jobs", "dispatch jobs table (MongoDB: collection), optionally schema.table", func(c *config) func(string) error { return stringVal(&c.DispatchJobsTable) }),
 		o("api-base-url", "", "FlowCatalyst URL, e.g. https://flowcatalyst.example.com (required)", func(c *config) func(string) error { return stringVal(&c.APIBaseURL) }),
 		o("api-token", "", "static bearer token (or use api-token-url)", func(c *config) func(string) error { return stringVal(&c.APIToken) }),
 		o("max-retries", "3", "retries after the first attempt before a row is FAILED", func(c *config) func(string) error { return intVal(&c.MaxRetries) }),
 		o("processing-timeout-seconds", "300", "a PROCESSING row older than this is recovered", func(c *config) func(string) error { return intVal(&c.ProcessingTimeoutSeconds) }),
-		o("mongo-database", "outbox", "MongoDB database (database-type MONGODB)", func(c *config) func(string) error { return stringVal(&c.MongoDatabase) }),
+		o("mongo-database", "outbox", "MongoDB database holding the collections (database-type MONGODB)", func(c *config) func(string) error { return stringVal(&c.MongoDatabase) }),
 		// outboxkit's additions.
-		o("database-url", "", "the database: postgres://user:pass@host:5432/app, or with database-type MYSQL mysql://user:pass@host:3306/app or a Go MySQL DSN user:pass@tcp(host:3306)/app (required)", func(c *config) func(string) error { return stringVal(&c.DatabaseURL) }),
+		o("database-url", "", "the database: postgres://user:pass@host:5432/app; with database-type MYSQL mysql://user:pass@host:3306/app or a Go MySQL DSN user:pass@tcp(host:3306)/app; with MONGODB mongodb://user:pass@host:27017/?replicaSet=rs0 (required)", func(c *config) func(string) error { return stringVal(&c.DatabaseURL) }),
 		o("api-version", "current", "FlowCatalyst API generation: current ({\"items\":[...]}, /api/dispatch-jobs/batch) or seed (bare array, /api/dispatch/jobs/batch)", func(c *config) func(string) error { return stringVal(&c.APIVersion) }),
 		o("api-token-url", "", "OAuth2 token endpoint for the client-credentials grant", func(c *config) func(string) error { return stringVal(&c.APITokenURL) }),
 		o("api-client-id", "", "OAuth2 client id", func(c *config) func(string) error { return stringVal(&c.APIClientID) }),
@@ -166,7 +167,7 @@ func options() []option {
 		o("recovery-interval", "1m", "how often stuck PROCESSING rows are looked for", func(c *config) func(string) error { return durationVal(&c.RecoveryInterval) }),
 		o("drain-timeout", "30s", "on SIGTERM, how long in-flight requests may finish", func(c *config) func(string) error { return durationVal(&c.DrainTimeout) }),
 		b("create-tables", "false", "create the seed's tables when missing", func(c *config) func(string) error { return boolVal(&c.CreateTables) }),
-		b("single-active", "false", "only one processor works at a time (PostgreSQL advisory lock, MySQL GET_LOCK)", func(c *config) func(string) error { return boolVal(&c.SingleActive) }),
+		b("single-active", "false", "only one processor works at a time (PostgreSQL advisory lock, MySQL GET_LOCK, MongoDB lease document)", func(c *config) func(string) error { return boolVal(&c.SingleActive) }),
 		o("log-level", "info", "debug, info, warn or error", func(c *config) func(string) error { return stringVal(&c.LogLevel) }),
 		o("log-format", "json", "json or text", func(c *config) func(string) error { return stringVal(&c.LogFormat) }),
 		// Departures from the seed's behaviour, off by default.
@@ -282,13 +283,13 @@ func (c *config) validate() []string {
 		// by another replica.
 		p = append(p, fmt.Sprintf("%s (%s) must be shorter than %s (%s)", name("drain-timeout"), c.DrainTimeout, name("processing-timeout-seconds"), lease))
 	}
-	c.mysql = false
+	c.mysql, c.mongo = false, false
 	switch strings.ToUpper(c.DatabaseType) {
 	case "POSTGRESQL", "POSTGRES":
 	case "MYSQL", "MARIADB":
 		c.mysql = true
-	case "MONGODB":
-		p = append(p, fmt.Sprintf("%s %s is not supported yet: this processor works on PostgreSQL and MySQL", name("database-type"), c.DatabaseType))
+	case "MONGODB", "MONGO":
+		c.mongo = true
 	default:
 		p = append(p, fmt.Sprintf("%s must be POSTGRESQL, MYSQL or MONGODB, got %q", name("database-type"), c.DatabaseType))
 	}
@@ -301,6 +302,13 @@ func (c *config) validate() []string {
 			p = append(p, name("database-url")+" must be a mysql:// URL or a MySQL DSN (user:pass@tcp(host:3306)/app) with database-type MYSQL")
 		}
 		c.mysqlDSN = dsn
+	case c.mongo:
+		if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "mongodb" && u.Scheme != "mongodb+srv") || u.Host == "" {
+			p = append(p, name("database-url")+" must be a mongodb:// or mongodb+srv:// URL with database-type MONGODB")
+		}
+		if err := seedstore.CheckCollectionName(c.MongoDatabase); err != nil || c.MongoDatabase == "" || strings.ContainsAny(c.MongoDatabase, `/\. "*<>:|?`) {
+			p = append(p, fmt.Sprintf("%s is %q: not a MongoDB database name", name("mongo-database"), c.MongoDatabase))
+		}
 	default:
 		if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 			p = append(p, name("database-url")+" must be a postgres:// URL")
@@ -344,8 +352,15 @@ func (c *config) validate() []string {
 		p = append(p, fmt.Sprintf("%s must be debug, info, warn or error, got %q", name("log-level"), c.LogLevel))
 	}
 	for _, tk := range []struct{ key, name string }{{"events-table", c.EventsTable}, {"dispatch-jobs-table", c.DispatchJobsTable}} {
-		if err := seedstore.CheckTableName(tk.name); err != nil {
-			p = append(p, fmt.Sprintf("%s is %q: letters, digits and _ only, optionally schema.table", name(tk.key), tk.name))
+		switch {
+		case c.mongo:
+			if err := seedstore.CheckCollectionName(tk.name); err != nil || tk.name == "" || tk.name == seedstore.DefaultLocksCollection {
+				p = append(p, fmt.Sprintf("%s is %q: not a collection name (at most 120 bytes, no $, not system.*, not %s)", name(tk.key), tk.name, seedstore.DefaultLocksCollection))
+			}
+		default:
+			if err := seedstore.CheckTableName(tk.name); err != nil {
+				p = append(p, fmt.Sprintf("%s is %q: letters, digits and _ only, optionally schema.table", name(tk.key), tk.name))
+			}
 		}
 	}
 	if strings.EqualFold(c.EventsTable, c.DispatchJobsTable) {

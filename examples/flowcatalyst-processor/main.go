@@ -10,7 +10,9 @@
 //	    -api-base-url https://flowcatalyst.example.com -api-token "$TOKEN"
 //
 // On MySQL 8 or MariaDB 10.6+, add -database-type MYSQL and give
-// -database-url as mysql://user:pass@host:3306/app (or a Go MySQL DSN).
+// -database-url as mysql://user:pass@host:3306/app (or a Go MySQL DSN). On
+// MongoDB, add -database-type MONGODB, -database-url mongodb://... and
+// -mongo-database (the database holding the collections).
 //
 // Every setting is a flag and an environment variable named after seed
 // 004's keys: -poll-interval or OUTBOX_PROCESSOR_POLL_INTERVAL
@@ -41,6 +43,9 @@ import (
 
 	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	mongooptions "go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxkit/outboxkit/flowcatalyst"
 	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore"
@@ -87,29 +92,59 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		<-ctx.Done()
 		return nil
 	}
-	driver, dsn, newStore := "pgx", cfg.DatabaseURL, seedstore.New
-	if cfg.mysql {
-		driver, dsn, newStore = "mysql", cfg.mysqlDSN, seedstore.NewMySQL
-	}
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		return fmt.Errorf("database-url: %w", err)
-	}
-	defer db.Close()
-	db.SetMaxOpenConns(max(4, cfg.MaxConcurrentGroups/2))
-	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = db.PingContext(pingCtx)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("connecting to the database: %w", err)
-	}
-
-	store, err := newStore(db, seedstore.Options{
+	var store *seedstore.Store
+	var leader leaderService
+	opts := seedstore.Options{
 		EventsTable: cfg.EventsTable, DispatchJobsTable: cfg.DispatchJobsTable, Logger: log,
 		UnorderedNullGroup: cfg.NullGroupUnordered, RecoveryCountsAttempt: cfg.RecoveryCountsAttempt,
-	})
-	if err != nil {
-		return err
+	}
+	lockName := "flowcatalyst-processor:" + cfg.EventsTable + ":" + cfg.DispatchJobsTable
+	if cfg.mongo {
+		client, err := mongo.Connect(mongooptions.Client().SetServerSelectionTimeout(10 * time.Second).ApplyURI(cfg.DatabaseURL))
+		if err != nil {
+			return fmt.Errorf("database-url: %w", err)
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = client.Disconnect(ctx)
+		}()
+		pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = client.Ping(pingCtx, nil)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("connecting to the database: %w", err)
+		}
+		db := client.Database(cfg.MongoDatabase)
+		if store, err = seedstore.NewMongo(db, opts); err != nil {
+			return err
+		}
+		if cfg.SingleActive {
+			leader = newMongoLeader(db.Collection(seedstore.DefaultLocksCollection), lockName, log)
+		}
+	} else {
+		driver, dsn, newStore := "pgx", cfg.DatabaseURL, seedstore.New
+		if cfg.mysql {
+			driver, dsn, newStore = "mysql", cfg.mysqlDSN, seedstore.NewMySQL
+		}
+		db, err := sql.Open(driver, dsn)
+		if err != nil {
+			return fmt.Errorf("database-url: %w", err)
+		}
+		defer db.Close()
+		db.SetMaxOpenConns(max(4, cfg.MaxConcurrentGroups/2))
+		pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = db.PingContext(pingCtx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("connecting to the database: %w", err)
+		}
+		if store, err = newStore(db, opts); err != nil {
+			return err
+		}
+		if cfg.SingleActive {
+			leader = newAdvisoryLeader(db, lockName, cfg.mysql, log)
+		}
 	}
 	if cfg.CreateTables {
 		if err := store.CreateTables(ctx); err != nil {
@@ -154,8 +189,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		Logger:              log,
 		Observer:            logObserver{log: log},
 	}
-	if cfg.SingleActive {
-		leader := newAdvisoryLeader(db, "flowcatalyst-processor:"+cfg.EventsTable+":"+cfg.DispatchJobsTable, cfg.mysql, log)
+	if leader != nil {
 		stopLeader := leader.start(ctx)
 		defer stopLeader()
 		pcfg.Leader = leader
@@ -184,6 +218,12 @@ func authKind(cfg config) string {
 		return "oauth2-client-credentials"
 	}
 	return "none"
+}
+
+// leaderService is an outbox.Leader that runs until stopped.
+type leaderService interface {
+	outbox.Leader
+	start(ctx context.Context) (stop func())
 }
 
 // advisoryLeader is an outbox.Leader holding a session lock on a dedicated

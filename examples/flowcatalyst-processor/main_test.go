@@ -82,7 +82,7 @@ func TestLoadConfigReportsEveryProblem(t *testing.T) {
 	t.Parallel()
 	e := env(map[string]string{"OUTBOX_PROCESSOR_POLL_BATCH_SIZE": "lots"})
 	_, err := loadConfig([]string{
-		"-api-version", "v9", "-api-batch-size", "0", "-database-type", "MONGODB", "-max-retries", "-1",
+		"-api-version", "v9", "-api-batch-size", "0", "-database-type", "ORACLE", "-max-retries", "-1",
 		"-api-token", "t", "-api-token-url", "https://x/oauth/token", "-retry-backoff", "1s,soon", "-log-level", "loud",
 		"-processing-timeout-seconds", "20", "-drain-timeout", "30s",
 	}, e, &bytes.Buffer{})
@@ -95,8 +95,8 @@ func TestLoadConfigReportsEveryProblem(t *testing.T) {
 		"api-base-url (-api-base-url or OUTBOX_PROCESSOR_API_BASE_URL) is required",
 		"api-version (-api-version or OUTBOX_PROCESSOR_API_VERSION) must be current or seed",
 		"api-batch-size (-api-batch-size or OUTBOX_PROCESSOR_API_BATCH_SIZE) must be positive",
-		"database-type (-database-type or OUTBOX_PROCESSOR_DATABASE_TYPE) MONGODB is not supported yet",
 		"max-retries (-max-retries or OUTBOX_PROCESSOR_MAX_RETRIES) must be between 0 and 999",
+		`database-type (-database-type or OUTBOX_PROCESSOR_DATABASE_TYPE) must be POSTGRESQL, MYSQL or MONGODB, got "ORACLE"`,
 		"set either api-token",
 		"api-client-id (-api-client-id or OUTBOX_PROCESSOR_API_CLIENT_ID) is required with api-token-url",
 		"retry-backoff",
@@ -351,5 +351,38 @@ func TestLoadConfigMySQL(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("the error repeats the database URL: %v", err)
 		}
+	}
+}
+
+func TestLoadConfigMongo(t *testing.T) {
+	t.Parallel()
+	c, err := loadConfig([]string{"-database-type", "MONGODB", "-database-url", "mongodb://app:s3cret@db:27017/?replicaSet=rs0",
+		"-api-base-url", "https://x", "-mongo-database", "shop", "-events-table", "events.v1"}, env(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.mongo || c.mysql || c.MongoDatabase != "shop" || c.EventsTable != "events.v1" {
+		t.Errorf("config %+v", c)
+	}
+	// Every problem at once, none repeating the URL.
+	_, err = loadConfig([]string{"-database-type", "MONGODB", "-database-url", "postgres://app:s3cret@db/x", "-api-base-url", "https://x",
+		"-mongo-database", "a/b", "-events-table", "$bad", "-dispatch-jobs-table", "outbox_processor_locks"}, env(nil), &bytes.Buffer{})
+	for _, want := range []string{
+		"database-url (-database-url or OUTBOX_PROCESSOR_DATABASE_URL) must be a mongodb:// or mongodb+srv:// URL",
+		`mongo-database (-mongo-database or OUTBOX_PROCESSOR_MONGO_DATABASE) is "a/b"`,
+		`events-table (-events-table or OUTBOX_PROCESSOR_EVENTS_TABLE) is "$bad"`,
+		`dispatch-jobs-table (-dispatch-jobs-table or OUTBOX_PROCESSOR_DISPATCH_JOBS_TABLE) is "outbox_processor_locks"`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("the error repeats the database URL: %v", err)
+	}
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"-database-type", "MONGODB", "-database-url", "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=500",
+		"-api-base-url", "https://x"}, env(nil), &out); code != 1 || !strings.Contains(out.String(), "connecting to the database") {
+		t.Errorf("no MongoDB server: exit %d, log %q", code, out.String())
 	}
 }
