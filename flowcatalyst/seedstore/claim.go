@@ -12,36 +12,52 @@ import (
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
-// MaxClaimLimit is the largest MessageClaimParams.Limit the store accepts.
-const MaxClaimLimit = 10000
+// claimTimeout bounds a claim once started.
+const claimTimeout = 30 * time.Second
 
 // MessageClaim leases up to p.Limit due rows: status PROCESSING,
 // processed_at = the database's NOW() (p.Now is not used). The tables take
 // turns to go first (so neither starves), and it returns the rows ordered by
-// table, then created_at and id.
+// created_at, then id.
+//
+// ctx is checked before the claim starts; once started, the claim runs to
+// completion (at most 30 s) even if ctx ends, and returns the rows it
+// leased.
 func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
-	if p.Limit <= 0 || p.Limit > MaxClaimLimit {
-		return nil, outbox.InvalidParam("Limit", fmt.Sprintf("must be between 1 and %d", MaxClaimLimit))
+	if err := p.Validate(); err != nil {
+		return nil, err
 	}
-	if p.Owner == "" {
-		return nil, outbox.InvalidParam("Owner", "is required")
+	// A claim commits on the server as it goes: if ctx ended while it ran,
+	// the caller would lose rows the server leased (they would wait for
+	// recovery). So ctx is checked before the claim starts, and the claim
+	// then runs to completion (bounded by claimTimeout) and returns what it
+	// leased; the caller releases what it will not send.
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
 	tables, err := s.tablesFor(p.Topics)
 	if err != nil || len(tables) == 0 {
 		return nil, err
 	}
 	s.mu.Lock()
-	s.turn++
 	first := s.turn % len(tables)
 	s.mu.Unlock()
 	order := append(append([]*table{}, tables[first:]...), tables[:first]...)
 
-	// The tables take turns to go first, each taking what the limit leaves:
-	// one statement per table and claim, and neither starves.
+	// The events table goes first, each table taking what the limit leaves
+	// (one statement per table and claim). When the first table alone
+	// fills the limit, the other goes first next time, so neither starves.
 	var out []outbox.Message
-	for _, t := range order {
+	for i, t := range order {
 		remaining := p.Limit - len(out)
 		if remaining == 0 {
+			if i == 1 {
+				s.mu.Lock()
+				s.turn++
+				s.mu.Unlock()
+			}
 			break
 		}
 		msgs, err := s.claim(ctx, t, remaining, p.Owner)
@@ -55,14 +71,16 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 		}
 		out = append(out, msgs...)
 	}
+	// The order of the groups: created_at, then id (TSIDs follow creation,
+	// so this is Seq order for the store's own ids).
 	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].Topic != out[j].Topic {
-			return out[i].Topic > out[j].Topic // EVENT before DISPATCH_JOB
-		}
 		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
 			return out[i].CreatedAt.Before(out[j].CreatedAt)
 		}
-		return out[i].ID < out[j].ID
+		if out[i].ID != out[j].ID {
+			return out[i].ID < out[j].ID
+		}
+		return out[i].Topic > out[j].Topic // EVENT before DISPATCH_JOB
 	})
 	return out, nil
 }

@@ -217,6 +217,9 @@ func (s *Store) forget(keys []leaseKey) {
 // lost attempt is counted and a row that used its last attempt
 // (p.MaxAttempts, which must be positive) is marked FAILED.
 func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
+	if err := p.Validate(); err != nil {
+		return outbox.RecoverResult{}, err
+	}
 	if p.MaxAttempts < 1 {
 		return outbox.RecoverResult{}, outbox.InvalidParam("MaxAttempts", "must be positive")
 	}

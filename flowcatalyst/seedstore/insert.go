@@ -24,7 +24,8 @@ type Item struct {
 	// Topic chooses the table: flowcatalyst.TopicEvent or
 	// flowcatalyst.TopicDispatchJob. Required.
 	Topic string
-	// Group is the message_group (FIFO key); "" writes NULL (unordered).
+	// Group is the message_group (FIFO key); "" writes NULL (the group
+	// "default", or unordered with Options.UnorderedNullGroup).
 	Group string
 	// Payload is the item sent to FlowCatalyst, a JSON document. Required.
 	Payload json.RawMessage
@@ -32,6 +33,10 @@ type Item struct {
 	ID string
 	// CreatedAt orders the group; defaults to now.
 	CreatedAt time.Time
+	// DueAt, when set, delays the first attempt until then: it is written
+	// to processed_at, which holds a PENDING row's due time (see the
+	// package doc). Zero: due at once (processed_at NULL).
+	DueAt time.Time
 }
 
 // Insert writes items as PENDING rows through ex, typically the
@@ -55,7 +60,11 @@ func (s *Store) Insert(ctx context.Context, ex Execer, items ...Item) ([]string,
 		if it.Group != "" {
 			group = it.Group
 		}
-		if _, err := ex.ExecContext(ctx, t.sql.insert, it.ID, it.Topic, group, string(it.Payload), at(it.CreatedAt)); err != nil {
+		var due any
+		if !it.DueAt.IsZero() {
+			due = at(it.DueAt)
+		}
+		if _, err := ex.ExecContext(ctx, t.sql.insert, it.ID, it.Topic, group, string(it.Payload), at(it.CreatedAt), due); err != nil {
 			return nil, fmt.Errorf("seedstore: insert into %s: %w", t.raw, err)
 		}
 		ids[i] = it.ID

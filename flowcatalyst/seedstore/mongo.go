@@ -37,6 +37,10 @@ const mongoChunk = 100
 // next poll claims the rest.
 const mongoClaimBudget = 250 * time.Millisecond
 
+// mongoFirstChunk is the first update of a claim's group: small, so that
+// the claim's time budget can cut a large group on a slow server.
+const mongoFirstChunk = 8
+
 // mongoLockChunk bounds the lock documents one insert carries.
 const mongoLockChunk = 8
 
@@ -432,7 +436,7 @@ func (s *Store) claimMongo(ctx context.Context, t *table, limit int, owner strin
 			if len(out) >= limit || (len(out) > 0 && time.Since(began) > mongoClaimBudget) {
 				break
 			}
-			msgs, err := s.claimGroup(ctx, t, g, min(limit-len(out), s.chunk), now, owner)
+			msgs, err := s.claimGroup(ctx, t, g, min(limit-len(out), s.chunk), now, owner, began.Add(mongoClaimBudget))
 			if err != nil {
 				s.unlockGroups(context.WithoutCancel(ctx), t, won, token)
 				if len(out) > 0 {
@@ -455,7 +459,7 @@ func (s *Store) claimMongo(ctx context.Context, t *table, limit int, owner strin
 		s.unlockGroups(context.WithoutCancel(ctx), t, won, token)
 	}
 	if s.unorderedNull && len(out) < limit {
-		msgs, err := s.claimUnorderedMongo(ctx, t, limit-len(out), now, owner)
+		msgs, err := s.claimUnorderedMongo(ctx, t, limit-len(out), now, owner, began.Add(mongoClaimBudget))
 		if err != nil && len(out) == 0 {
 			return fail(err)
 		}
@@ -543,7 +547,7 @@ func (s *Store) unlockGroups(ctx context.Context, t *table, groups []*string, to
 // documents at the head of group g's unfinished documents, at most n:
 // none while a document of g is PROCESSING. Filters are equalities on the
 // seed's index fields (which FerretDB also pushes down to its backend).
-func (s *Store) claimGroup(ctx context.Context, t *table, g *string, n int, now time.Time, owner string) ([]outbox.Message, error) {
+func (s *Store) claimGroup(ctx context.Context, t *table, g *string, n int, now time.Time, owner string, deadline time.Time) ([]outbox.Message, error) {
 	err := t.coll.FindOne(ctx, bson.D{{Key: "status", Value: StatusProcessing}, groupFilter(g)},
 		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
 	if err == nil {
@@ -567,27 +571,41 @@ func (s *Store) claimGroup(ctx context.Context, t *table, g *string, n int, now 
 	if len(take) == 0 {
 		return nil, nil
 	}
-	return s.leaseRows(ctx, t, take, groupFilter(g), now, owner)
+	return s.leaseRows(ctx, t, take, groupFilter(g), now, owner, deadline)
 }
 
 // leaseRows marks rows (read PENDING under a lock) PROCESSING at now and
 // returns those whose update applied. scope narrows the update (the
 // group), so that FerretDB pushes its equality filters down.
-func (s *Store) leaseRows(ctx context.Context, t *table, take []row, scope bson.E, now time.Time, owner string) ([]outbox.Message, error) {
+func (s *Store) leaseRows(ctx context.Context, t *table, take []row, scope bson.E, now time.Time, owner string, deadline time.Time) ([]outbox.Message, error) {
 	ids := make([]string, len(take))
 	for i := range take {
 		ids[i] = take[i].id
 	}
+	// Chunks grow from mongoFirstChunk: once the claim's time is up, it
+	// stops after a chunk, leasing a prefix of the group (the rest waits
+	// behind it), so a slow server sends the first rows early.
 	var matched int64
-	for start := 0; start < len(ids); start += mongoChunk {
-		res, err := t.coll.UpdateMany(ctx, append(bson.D{{Key: "status", Value: StatusPending}, scope},
-			idFilter(ids[start:min(start+mongoChunk, len(ids))])...),
+	done, size := 0, mongoFirstChunk
+	for done < len(ids) {
+		if done > 0 && time.Now().After(deadline) {
+			break
+		}
+		chunk := ids[done:min(done+size, len(ids))]
+		res, err := t.coll.UpdateMany(ctx, append(bson.D{{Key: "status", Value: StatusPending}, scope}, idFilter(chunk)...),
 			bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusProcessing}, {Key: "processedAt", Value: now}}}})
 		if err != nil {
-			return nil, err
+			if done == 0 {
+				return nil, err
+			}
+			s.log.WarnContext(ctx, "seedstore: claim failed", "collection", t.raw, "err", err)
+			break
 		}
 		matched += res.MatchedCount
+		done += len(chunk)
+		size = min(2*size, mongoChunk)
 	}
+	take, ids = take[:done], ids[:done]
 	if int(matched) != len(ids) {
 		// Something else changed some of them (a lock that expired under a
 		// stalled claimer): keep the ones this claim leased.
@@ -611,7 +629,7 @@ func (s *Store) leaseRows(ctx context.Context, t *table, take []row, scope bson.
 
 // claimUnorderedMongo claims null-group documents without FIFO
 // (Options.UnorderedNullGroup), each under its own lock.
-func (s *Store) claimUnorderedMongo(ctx context.Context, t *table, limit int, now time.Time, owner string) ([]outbox.Message, error) {
+func (s *Store) claimUnorderedMongo(ctx context.Context, t *table, limit int, now time.Time, owner string, deadline time.Time) ([]outbox.Message, error) {
 	rows, err := findRows(ctx, t.coll, bson.D{
 		{Key: "status", Value: StatusPending}, {Key: "messageGroup", Value: nil},
 		{Key: "$or", Value: bson.A{bson.D{{Key: "processedAt", Value: nil}}, bson.D{{Key: "processedAt", Value: bson.D{{Key: "$lte", Value: now}}}}}},
@@ -655,7 +673,7 @@ func (s *Store) claimUnorderedMongo(ctx context.Context, t *table, limit int, no
 	if err != nil || len(fresh) == 0 {
 		return nil, err
 	}
-	return s.leaseRows(ctx, t, fresh, nullGroup, now, owner)
+	return s.leaseRows(ctx, t, fresh, nullGroup, now, owner, deadline)
 }
 
 // finishMongo applies outcomes: per collection it reads the documents, keeps
@@ -815,10 +833,14 @@ func (s *Store) InsertMongo(ctx context.Context, items ...Item) ([]string, error
 		if it.Group != "" {
 			group = it.Group
 		}
+		var due any
+		if !it.DueAt.IsZero() {
+			due = it.DueAt.UTC().Truncate(time.Millisecond)
+		}
 		if _, err := t.coll.InsertOne(ctx, bson.D{
 			{Key: "_id", Value: it.ID}, {Key: "type", Value: it.Topic}, {Key: "messageGroup", Value: group},
 			{Key: "payload", Value: string(it.Payload)}, {Key: "status", Value: StatusPending}, {Key: "retryCount", Value: 0},
-			{Key: "createdAt", Value: it.CreatedAt.UTC().Truncate(time.Millisecond)}, {Key: "processedAt", Value: nil},
+			{Key: "createdAt", Value: it.CreatedAt.UTC().Truncate(time.Millisecond)}, {Key: "processedAt", Value: due},
 			{Key: "errorMessage", Value: nil},
 		}); err != nil {
 			return nil, fmt.Errorf("seedstore: insert into %s: %w", t.raw, err)

@@ -84,8 +84,8 @@ func buildMySQLStatements(t string) (statements, mysqlStatements) {
 	// PENDING row is its retry time).
 	const due = `(processed_at IS NULL OR processed_at <= NOW())`
 	return statements{
-			insert: q(`INSERT INTO {T} (id, type, message_group, payload, status, retry_count, created_at)
-VALUES (?, ?, ?, ?, 'PENDING', 0, ?)`),
+			insert: q(`INSERT INTO {T} (id, type, message_group, payload, status, retry_count, created_at, processed_at)
+VALUES (?, ?, ?, ?, 'PENDING', 0, ?, ?)`),
 			get: q(`SELECT {COLS} FROM {T} WHERE id = ?`),
 			list: q(`SELECT {COLS} FROM {T}
 WHERE (? = '' OR id > ?) AND (? = '' OR status = ?) AND (? = '' OR message_group = ?)

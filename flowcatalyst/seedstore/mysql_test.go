@@ -96,11 +96,6 @@ func TestMySQLProcessorRecoversStuckRow(t *testing.T) {
 	testProcessorRecoversStuckRow(t, setupMySQL)
 }
 
-func TestMySQLProcessorStopsCleanly(t *testing.T) {
-	t.Parallel()
-	testProcessorStopsCleanly(t, setupMySQL)
-}
-
 func TestMySQLIDsSharedAcrossTablesKeepTheirOwnOutcome(t *testing.T) {
 	t.Parallel()
 	testIDsSharedAcrossTablesKeepTheirOwnOutcome(t, setupMySQL)

@@ -294,34 +294,3 @@ func TestProcessorSmallBufferLosesNothing(t *testing.T) {
 	waitFor(t, "every row COMPLETED", 60*time.Second, func() bool { return b.countStatus(t, "COMPLETED") == 180 })
 	checkFIFO(t, srv.Items(flowcatalyst.CurrentAPI.EventsPath), groups)
 }
-
-func TestProcessorStopsCleanly(t *testing.T) { t.Parallel(); testProcessorStopsCleanly(t, setup) }
-
-func testProcessorStopsCleanly(t *testing.T, setup func(testing.TB) *bundle) {
-	b := setup(t)
-	srv := flowcatalysttest.NewServer()
-	defer srv.Close()
-	srv.OnRequest(func(*flowcatalysttest.Request) *flowcatalysttest.Response {
-		return &flowcatalysttest.Response{Delay: 25 * time.Millisecond, Continue: true}
-	})
-	groups := map[string]int{"a": 40, "b": 40, "c": 40}
-	b.insertGroups(t, "EVENT", groups)
-	pub, _ := flowcatalyst.New(flowcatalyst.Config{BaseURL: srv.URL, BatchSize: 2})
-	cfg := fastConfig()
-	cfg.PublishBatchSize = 2
-	stop := run(t, b.store, pub, cfg)
-	waitFor(t, "some rows COMPLETED", 20*time.Second, func() bool { return b.countStatus(t, "COMPLETED") > 5 })
-	stop()
-	// Nothing is left PROCESSING: claimed rows were released, so a restart
-	// does not wait for the processing timeout.
-	if n := b.countStatus(t, "PROCESSING"); n != 0 {
-		t.Fatalf("%d rows left PROCESSING after a clean stop", n)
-	}
-	if b.countStatus(t, "COMPLETED") == 120 {
-		t.Log("everything completed before the stop; the test proved less than it could")
-	}
-	// A new processor finishes the work, FIFO intact.
-	run(t, b.store, pub, cfg)
-	waitFor(t, "every row COMPLETED", 60*time.Second, func() bool { return b.countStatus(t, "COMPLETED") == 120 })
-	checkFIFO(t, srv.Items(flowcatalyst.CurrentAPI.EventsPath), groups)
-}

@@ -53,6 +53,9 @@ func (s *Store) MessageGet(ctx context.Context, p outbox.MessageGetParams) (outb
 // MessageList returns rows ordered by id (a TSID, so by creation), filtered
 // by status, topic and group. Pagination (AfterSeq) works for TSID ids.
 func (s *Store) MessageList(ctx context.Context, p outbox.MessageListParams) (outbox.MessagePage, error) {
+	if err := p.Validate(); err != nil {
+		return outbox.MessagePage{}, err
+	}
 	if p.Tenant != "" || p.BlocksGroup {
 		return outbox.MessagePage{}, nil // no tenants, no blocking dead letters
 	}

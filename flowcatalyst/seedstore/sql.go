@@ -152,8 +152,8 @@ RETURNING m.id`),
 WHERE status = 'PROCESSING' AND (processed_at IS NULL OR processed_at < {NOW} - $1::bigint * interval '1 microsecond')
 RETURNING id, status`),
 
-		insert: q(`INSERT INTO {T} (id, type, message_group, payload, status, retry_count, created_at)
-VALUES ($1, $2, $3, $4, 'PENDING', 0, $5::timestamp)`),
+		insert: q(`INSERT INTO {T} (id, type, message_group, payload, status, retry_count, created_at, processed_at)
+VALUES ($1, $2, $3, $4, 'PENDING', 0, $5::timestamp, $6::timestamp)`),
 		get: q(`SELECT {COLS} FROM {T} WHERE id = $1`),
 		list: q(`SELECT {COLS} FROM {T}
 WHERE ($1::text = '' OR id > $1::text) AND ($2::text = '' OR status = $2::text)

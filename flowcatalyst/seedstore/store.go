@@ -1,6 +1,7 @@
 // Package seedstore is an outbox.Store over the outbox tables of seed 004
-// (the FlowCatalyst outbox processor) in PostgreSQL (New) or MySQL 8 /
-// MariaDB 10.6+ (NewMySQL): outbox_events and
+// (the FlowCatalyst outbox processor) in PostgreSQL (New), MySQL 8 /
+// MariaDB 10.6+ (NewMySQL) or MongoDB (NewMongo, the seed's collections):
+// outbox_events and
 // outbox_dispatch_jobs, exactly as the seed defines them and as
 // applications in any language write them, so that outboxkit's processor
 // can replace the seed's.
@@ -69,6 +70,22 @@
 // remembers for the rows it claimed: outcomes must be recorded through the
 // Store that claimed (the processor does this). Seq is the id's TSID value
 // (0 for an id that is not a TSID); MessageList pages by it.
+//
+// # Enqueue
+//
+// Applications in any language insert rows with plain SQL. Go code may use
+// Insert, or outbox.New[*sql.Tx](store, ...): the Store is an
+// outbox.Enqueuer[*sql.Tx] (see MessageEnqueueTx for how a Message maps to
+// a row).
+//
+// # Conformance
+//
+// The Store passes outboxkit's store conformance suite
+// (outbox/outboxtest/storetest) with these capabilities declared lacking:
+// tenants, idempotency keys, cancel, attempt history, caller-chosen IDs
+// longer than 13 characters, receipts, inbox, wake-ups, list-in-tx, admin
+// and the caller's clock (times are the database's); its two topics are
+// declared in Features.Topics.
 package seedstore
 
 import (
@@ -180,9 +197,10 @@ type Store struct {
 	recoveryCounts bool
 	chunk          int
 
-	mu     sync.Mutex
-	leases map[leaseKey]lease
-	turn   int
+	mu          sync.Mutex
+	leases      map[leaseKey]lease
+	turn        int
+	lastCreated time.Time // MessageEnqueue: the latest created_at written
 }
 
 type leaseKey struct{ topic, id string }
@@ -238,11 +256,11 @@ func newStore(db DB, opts Options, d dialect) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.MaxClaimPerGroup < 0 || opts.MaxClaimPerGroup > MaxClaimLimit {
-		return nil, outbox.InvalidParam("Options.MaxClaimPerGroup", fmt.Sprintf("must be between 0 (default) and %d", MaxClaimLimit))
+	if opts.MaxClaimPerGroup < 0 || opts.MaxClaimPerGroup > outbox.MaxClaimLimit {
+		return nil, outbox.InvalidParam("Options.MaxClaimPerGroup", fmt.Sprintf("must be between 0 (default) and %d", outbox.MaxClaimLimit))
 	}
 	if opts.MaxClaimPerGroup == 0 {
-		opts.MaxClaimPerGroup = MaxClaimLimit
+		opts.MaxClaimPerGroup = outbox.MaxClaimLimit
 	}
 	s := &Store{db: db, mysql: mysql, log: opts.Logger, leases: map[leaseKey]lease{},
 		unorderedNull: opts.UnorderedNullGroup, recoveryCounts: opts.RecoveryCountsAttempt, chunk: opts.MaxClaimPerGroup}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -113,95 +112,6 @@ func testClaimKeepsFIFOPerGroup(t *testing.T, setup func(testing.TB) *bundle) {
 	b.makeDue(t, "EVENT", a1)
 	if got := ids(claim(t, b.store, 10, now)); !slices.Equal(got, []string{a1, a2, a3}) {
 		t.Fatalf("claimed %v, want [a1 a2 a3]", got)
-	}
-}
-
-func TestClaimLimitCutsGroupsInOrder(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	var a []string
-	for i := range 5 {
-		a = append(a, b.insert(t, "EVENT", "A", `{}`, t0.Add(time.Duration(i)*time.Second)))
-	}
-	first := ids(claim(t, b.store, 2, t0.Add(time.Hour)))
-	// Only EVENT rows exist; the limit is shared with the empty jobs table.
-	if !slices.Equal(first, a[:2]) {
-		t.Fatalf("claimed %v, want %v", first, a[:2])
-	}
-	// a[0], a[1] are in flight: the rest of A must wait.
-	if got := claim(t, b.store, 10, t0.Add(time.Hour)); len(got) != 0 {
-		t.Fatalf("claimed %v while earlier rows of the group are PROCESSING", ids(got))
-	}
-}
-
-func TestConcurrentClaimersKeepFIFO(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	const groups, per = 12, 15
-	pos := map[string][2]int{} // id -> group, index
-	for i := range per {
-		for g := range groups {
-			id := b.insert(t, "EVENT", fmt.Sprint("g", g), `{}`, t0.Add(time.Duration(i*groups+g)*time.Millisecond))
-			pos[id] = [2]int{g, i}
-		}
-	}
-	var mu sync.Mutex
-	done := make([]int, groups) // per group: how many rows are finished or being finished
-	total := 0
-	var wg sync.WaitGroup
-	for w := range 4 {
-		st := b.newStore(t)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			now := t0.Add(time.Hour)
-			for range 500 {
-				msgs, err := st.MessageClaim(context.Background(), outbox.MessageClaimParams{Limit: 7, Owner: fmt.Sprint("w", w), Now: now})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				for _, m := range msgs {
-					p := pos[m.ID]
-					if p[1] != done[p[0]] {
-						t.Errorf("claimed row %d of group %d while %d rows of it were done", p[1], p[0], done[p[0]])
-					}
-					done[p[0]]++
-					total++
-				}
-				finished := total == groups*per
-				mu.Unlock()
-				var sent []outbox.Outcome
-				for _, m := range msgs {
-					sent = append(sent, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts})
-				}
-				res, err := st.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: fmt.Sprint("w", w), Now: now, Outcomes: sent})
-				if err != nil || len(res.LeaseLost) > 0 {
-					t.Errorf("finish: %v, lost %v", err, res.LeaseLost)
-				}
-				if finished || t.Failed() {
-					return
-				}
-				if len(msgs) == 0 {
-					mu.Lock()
-					finished = total == groups*per
-					mu.Unlock()
-					if finished {
-						return
-					}
-					time.Sleep(time.Millisecond)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if total != groups*per {
-		t.Fatalf("claimed %d rows, want %d", total, groups*per)
-	}
-	counts, err := b.store.MessageCount(context.Background(), outbox.MessageCountParams{})
-	if err != nil || counts[outbox.StatusSent] != groups*per {
-		t.Fatalf("counts %v, %v", counts, err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 func testClaim[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("LeasesDueMessages", func(t *testing.T) {
+		need(t, h, CapCallerClock)
 		e := setup(t, h)
 		due := e.enqueue(msg("t", "", 1))[0]
 		later := msg("t", "", 2)
@@ -150,6 +151,7 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("RetryBlocksItsGroup", func(t *testing.T) {
+		need(t, h, CapCallerClock)
 		e := setup(t, h)
 		ms := e.enqueue(msg("t", "g", 1), msg("t", "g", 2), msg("t", "", 3))
 		c := e.claim("p", 1, e.t0)
@@ -171,6 +173,7 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("DelayedMessageBlocksLaterOnes", func(t *testing.T) {
+		need(t, h, CapCallerClock)
 		e := setup(t, h)
 		delayed := msg("t", "g", 2)
 		delayed.NextAttemptAt = e.at(time.Hour)

@@ -85,6 +85,7 @@ func testEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("DelayedFirstAttempt", func(t *testing.T) {
+		need(t, h, CapCallerClock)
 		e := setup(t, h)
 		m := msg("t", "", 1)
 		m.NextAttemptAt = e.at(time.Hour)

@@ -94,13 +94,23 @@ const (
 	// MessageRecover under a blocking DeadLetterRule) holds its group until
 	// it is requeued or cancelled (outbox.DeadLetterBlock).
 	CapDeadLetterBlock Capability = "dead letter blocks its group"
+	// CapCallerClock: the store takes its times from the caller (the Now,
+	// ClaimedBefore and NextAttemptAt of the Params), so a case can move
+	// time forward by passing a later Now. A store that reads its
+	// database's clock instead (seed 004's tables) lacks it.
+	CapCallerClock Capability = "caller's clock"
+	// CapAnyTopic: the store accepts any topic name. A store with a fixed
+	// set of topics lists them in Features.Topics; the cases that need
+	// more distinct topics than it has are skipped, naming this capability
+	// (it need not be declared in Lacks).
+	CapAnyTopic Capability = "any topic"
 )
 
 // Capabilities returns every Capability the suite knows.
 func Capabilities() []Capability {
 	return []Capability{
 		CapTransactions, CapConcurrentClaim, CapLockWait, CapReceipts, CapInbox, CapWakeups, CapListInTx,
-		CapTenants, CapIdempotency, CapCancel, CapAttemptHistory, CapCallerIDs, CapAdmin, CapDeadLetterBlock,
+		CapTenants, CapIdempotency, CapCancel, CapAttemptHistory, CapCallerIDs, CapAdmin, CapDeadLetterBlock, CapCallerClock, CapAnyTopic,
 	}
 }
 
@@ -120,6 +130,16 @@ type Features struct {
 	// ProcessorTimeout bounds each processor-tier test. Defaults to 3
 	// minutes.
 	ProcessorTimeout time.Duration
+	// Topics, when set, are the only topics the store accepts (e.g. one
+	// table per topic). The suite then maps the topic names its cases use
+	// onto them, in order of first use within a case (the first name to
+	// Topics[0], ...), and back in what the store returns, so every case
+	// runs unchanged; a case that needs more distinct topics is skipped,
+	// naming CapAnyTopic. The suite then drives the store through a
+	// wrapper, so the optional interfaces (outbox.Waker, outbox.Admin,
+	// ListerTx, outbox.PendingTopicLister) are not seen: declare them
+	// lacking.
+	Topics []string
 }
 
 // Harness is what an adapter passes to Run.

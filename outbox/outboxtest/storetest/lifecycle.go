@@ -99,6 +99,7 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("ReleasedUncountsTheAttempt", func(t *testing.T) {
+		need(t, h, CapCallerClock)
 		e := setup(t, h)
 		delayed := msg("t", "", 1)
 		delayed.NextAttemptAt = e.at(time.Minute)
@@ -119,6 +120,7 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("DeferredRelease", func(t *testing.T) {
+		need(t, h, CapCallerClock)
 		e := setup(t, h)
 		ms := e.enqueueN("t", "g", 2)
 		c := e.claim("p", 1, e.t0)[0]
@@ -145,6 +147,7 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("StaleOwnerIsFenced", func(t *testing.T) {
+		need(t, h, CapCallerClock)
 		e := setup(t, h)
 		ms := e.enqueueN("t", "", 3)
 		old := e.claim("old", 3, e.t0)
@@ -233,6 +236,7 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 
 func testRecover[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("ExpiredLeasesOnly", func(t *testing.T) {
+		need(t, h, CapCallerClock)
 		e := setup(t, h)
 		ms := e.enqueueN("t", "g", 1)
 		other := e.enqueueN("t", "", 1)

@@ -77,6 +77,9 @@ func setup[TTx any](t *testing.T, h Harness[TTx]) *env[TTx] {
 	if b.Store == nil || b.Enqueuer == nil || b.Begin == nil || b.Commit == nil || b.Rollback == nil || b.Usable == nil {
 		t.Fatal("storetest: the Backend lacks a field")
 	}
+	if len(h.Features.Topics) > 0 {
+		b = mapTopics(t, b, h.Features.Topics)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	t0 := time.Now().UTC().Truncate(time.Millisecond)
