@@ -102,7 +102,7 @@ func TestEndToEndMySQL(t *testing.T) {
 
 func TestEndToEndMySQLKillAndRestart(t *testing.T) {
 	t.Parallel()
-	testKillAndRestart(t, setupE2EMySQL(t), 1000)
+	testKillAndRestart(t, setupE2EMySQL(t), 1000, 2)
 }
 
 func TestEndToEndMySQLIDsSharedAcrossTables(t *testing.T) {

@@ -171,6 +171,10 @@ func (e *e2e) start(t *testing.T, extra ...string) (*exec.Cmd, *syncBuffer) {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 		}
+		if t.Failed() {
+			lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+			t.Logf("the program's last log lines:\n%s", strings.Join(lines[max(0, len(lines)-25):], "\n"))
+		}
 	})
 	return cmd, &logs
 }
@@ -276,17 +280,18 @@ func TestEndToEndTwoReplicas(t *testing.T) {
 	}
 }
 
-func TestEndToEndKillAndRestart(t *testing.T) { t.Parallel(); testKillAndRestart(t, setupE2E(t), 1000) }
+func TestEndToEndKillAndRestart(t *testing.T) { t.Parallel(); testKillAndRestart(t, setupE2E(t), 1000, 2) }
 
 // testKillAndRestart inserts n rows in 10 groups, kills the program with
-// SIGKILL once a tenth is COMPLETED, restarts it and expects every row
-// COMPLETED, none lost, none charged a retry.
-func testKillAndRestart(t *testing.T, e *e2e, n int) {
+// SIGKILL once a tenth is COMPLETED, restarts it with
+// processing-timeout-seconds timeout and expects every row COMPLETED, none
+// lost, none charged a retry.
+func testKillAndRestart(t *testing.T, e *e2e, n, timeout int) {
 	e.srv.OnRequest(func(*flowcatalysttest.Request) *flowcatalysttest.Response {
 		return &flowcatalysttest.Response{Delay: 20 * time.Millisecond, Continue: true}
 	})
 	e.insert(t, "EVENT", "K", 10, n)
-	args := []string{"-api-batch-size", "10", "-processing-timeout-seconds", "2", "-recovery-interval", "300ms", "-drain-timeout", "1s"}
+	args := []string{"-api-batch-size", "10", "-processing-timeout-seconds", fmt.Sprint(timeout), "-recovery-interval", "300ms", "-drain-timeout", "1s"}
 	cmd, _ := e.start(t, args...)
 	waitLong(t, "some rows COMPLETED", func() bool { return e.count(t, "EVENT", "COMPLETED") >= n/10 })
 	_ = cmd.Process.Signal(syscall.SIGKILL) // kill -9: rows are left PROCESSING

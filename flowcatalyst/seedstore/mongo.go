@@ -826,7 +826,11 @@ func (s *Store) InsertMongo(ctx context.Context, items ...Item) ([]string, error
 	if err != nil {
 		return nil, err
 	}
+	// One insertMany per collection and chunk, in order: a failure (say a
+	// duplicate _id) stops at that document.
 	ids := make([]string, len(rows))
+	docs := map[*table][]any{}
+	var order []*table
 	for i, it := range rows {
 		t := s.tableOf(it.Topic)
 		var group any
@@ -837,15 +841,24 @@ func (s *Store) InsertMongo(ctx context.Context, items ...Item) ([]string, error
 		if !it.DueAt.IsZero() {
 			due = it.DueAt.UTC().Truncate(time.Millisecond)
 		}
-		if _, err := t.coll.InsertOne(ctx, bson.D{
+		if docs[t] == nil {
+			order = append(order, t)
+		}
+		docs[t] = append(docs[t], bson.D{
 			{Key: "_id", Value: it.ID}, {Key: "type", Value: it.Topic}, {Key: "messageGroup", Value: group},
 			{Key: "payload", Value: string(it.Payload)}, {Key: "status", Value: StatusPending}, {Key: "retryCount", Value: 0},
 			{Key: "createdAt", Value: it.CreatedAt.UTC().Truncate(time.Millisecond)}, {Key: "processedAt", Value: due},
 			{Key: "errorMessage", Value: nil},
-		}); err != nil {
-			return nil, fmt.Errorf("seedstore: insert into %s: %w", t.raw, err)
-		}
+		})
 		ids[i] = it.ID
+	}
+	for _, t := range order {
+		d := docs[t]
+		for start := 0; start < len(d); start += mongoChunk {
+			if _, err := t.coll.InsertMany(ctx, d[start:min(start+mongoChunk, len(d))]); err != nil {
+				return nil, fmt.Errorf("seedstore: insert into %s: %w", t.raw, err)
+			}
+		}
 	}
 	return ids, nil
 }
