@@ -15,6 +15,24 @@ import (
 // claimTimeout bounds a claim once started.
 const claimTimeout = 30 * time.Second
 
+// callerDoneKey carries the caller's Done channel into a claim, which runs
+// on a context without cancellation: a claim made of several steps
+// (MongoDB) stops at the next step once the caller is gone, handing out
+// what it leased so far.
+type callerDoneKey struct{}
+
+// callerGone reports whether the caller of the claim running on ctx has
+// gone.
+func callerGone(ctx context.Context) bool {
+	done, _ := ctx.Value(callerDoneKey{}).(<-chan struct{})
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
 // MessageClaim leases up to p.Limit due rows: status PROCESSING,
 // processed_at = the database's NOW() (p.Now is not used). The tables take
 // turns to go first (so neither starves), and it returns the rows ordered by
@@ -35,8 +53,10 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	caller := ctx.Done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
+	ctx = context.WithValue(ctx, callerDoneKey{}, caller)
 	tables, err := s.tablesFor(p.Topics)
 	if err != nil || len(tables) == 0 {
 		return nil, err

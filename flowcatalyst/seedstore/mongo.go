@@ -421,8 +421,11 @@ func (s *Store) claimMongo(ctx context.Context, t *table, limit int, owner strin
 	var claimed []time.Time
 	began := time.Now()
 	for start := 0; start < len(groups) && len(out) < limit; start += mongoLockChunk {
-		if len(out) > 0 && time.Since(began) > mongoClaimBudget {
+		if len(out) > 0 && (time.Since(began) > mongoClaimBudget || callerGone(ctx)) {
 			break // hand out what is leased; the next poll takes more
+		}
+		if callerGone(ctx) {
+			return nil, context.Canceled // nothing leased yet
 		}
 		chunk := groups[start:min(start+mongoLockChunk, len(groups))]
 		won, err := s.lockGroups(ctx, t, chunk, token, now)
@@ -433,7 +436,7 @@ func (s *Store) claimMongo(ctx context.Context, t *table, limit int, owner strin
 			return fail(err)
 		}
 		for _, g := range won {
-			if len(out) >= limit || (len(out) > 0 && time.Since(began) > mongoClaimBudget) {
+			if len(out) >= limit || (len(out) > 0 && (time.Since(began) > mongoClaimBudget || callerGone(ctx))) {
 				break
 			}
 			msgs, err := s.claimGroup(ctx, t, g, min(limit-len(out), s.chunk), now, owner, began.Add(mongoClaimBudget))
@@ -458,7 +461,7 @@ func (s *Store) claimMongo(ctx context.Context, t *table, limit int, owner strin
 		}
 		s.unlockGroups(context.WithoutCancel(ctx), t, won, token)
 	}
-	if s.unorderedNull && len(out) < limit {
+	if s.unorderedNull && len(out) < limit && !callerGone(ctx) {
 		msgs, err := s.claimUnorderedMongo(ctx, t, limit-len(out), now, owner, began.Add(mongoClaimBudget))
 		if err != nil && len(out) == 0 {
 			return fail(err)
@@ -588,7 +591,7 @@ func (s *Store) leaseRows(ctx context.Context, t *table, take []row, scope bson.
 	var matched int64
 	done, size := 0, mongoFirstChunk
 	for done < len(ids) {
-		if done > 0 && time.Now().After(deadline) {
+		if done > 0 && (time.Now().After(deadline) || callerGone(ctx)) {
 			break
 		}
 		chunk := ids[done:min(done+size, len(ids))]
