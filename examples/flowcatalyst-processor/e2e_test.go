@@ -280,7 +280,10 @@ func TestEndToEndTwoReplicas(t *testing.T) {
 	}
 }
 
-func TestEndToEndKillAndRestart(t *testing.T) { t.Parallel(); testKillAndRestart(t, setupE2E(t), 1000, 2) }
+func TestEndToEndKillAndRestart(t *testing.T) {
+	t.Parallel()
+	testKillAndRestart(t, setupE2E(t), 1000, 2)
+}
 
 // testKillAndRestart inserts n rows in 10 groups, kills the program with
 // SIGKILL once a tenth is COMPLETED, restarts it with
