@@ -21,7 +21,7 @@ var seedFeatures = storetest.Features{
 	Lacks: []storetest.Capability{
 		storetest.CapTenants, storetest.CapIdempotency, storetest.CapCancel, storetest.CapAttemptHistory,
 		storetest.CapCallerIDs, storetest.CapReceipts, storetest.CapInbox, storetest.CapWakeups,
-		storetest.CapListInTx, storetest.CapAdmin, storetest.CapCallerClock, storetest.CapDeadLetterBlock,
+		storetest.CapListInTx, storetest.CapAdmin, storetest.CapCallerClock, storetest.CapDeadLetterBlock, storetest.CapBinaryPayloads,
 	},
 	ConcurrentWriters: true,
 	Topics:            []string{flowcatalyst.TopicEvent, flowcatalyst.TopicDispatchJob},

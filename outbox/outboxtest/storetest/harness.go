@@ -104,13 +104,17 @@ const (
 	// more distinct topics than it has are skipped, naming this capability
 	// (it need not be declared in Lacks).
 	CapAnyTopic Capability = "any topic"
+	// CapBinaryPayloads: the store keeps any payload bytes (not only
+	// JSON) and the message's ContentType. A store whose payload column
+	// holds JSON text only (seed 004's tables) lacks it.
+	CapBinaryPayloads Capability = "binary payloads and content types"
 )
 
 // Capabilities returns every Capability the suite knows.
 func Capabilities() []Capability {
 	return []Capability{
 		CapTransactions, CapConcurrentClaim, CapLockWait, CapReceipts, CapInbox, CapWakeups, CapListInTx,
-		CapTenants, CapIdempotency, CapCancel, CapAttemptHistory, CapCallerIDs, CapAdmin, CapDeadLetterBlock, CapCallerClock, CapAnyTopic,
+		CapTenants, CapIdempotency, CapCancel, CapAttemptHistory, CapCallerIDs, CapAdmin, CapDeadLetterBlock, CapCallerClock, CapAnyTopic, CapBinaryPayloads,
 	}
 }
 

@@ -35,6 +35,7 @@ func payloadCases() []outbox.Message {
 
 func testPayload[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("BytesAndContentTypeRoundTrip", func(t *testing.T) {
+		need(t, h, CapBinaryPayloads)
 		e := setup(t, h)
 		in := payloadCases()
 		in[0].IdempotencyKey = "protobuf-1"
@@ -84,6 +85,7 @@ func testPayload[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("LimitRefusedBeforeSQL", func(t *testing.T) {
+		need(t, h, CapBinaryPayloads)
 		e := setup(t, h)
 		tx := e.begin()
 		ob := outbox.New[TTx](e.b.Enqueuer, outbox.Options{MaxPayloadBytes: 100})
