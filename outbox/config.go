@@ -44,9 +44,25 @@ type Config struct {
 	// in the database. Defaults to 1000.
 	BufferSize int
 	// ProcessingTimeout is the lease: a message PROCESSING for longer is
-	// considered abandoned (its processor died) and is recovered. It must
+	// considered abandoned (its processor died) and is recovered. On a store
+	// that is a LeaseExtender the processor renews the leases it holds
+	// every quarter of ProcessingTimeout, so only a processor that stopped
+	// (or lost the store for that long) loses them; on other stores it must
 	// exceed the longest publish. Defaults to 5m.
 	ProcessingTimeout time.Duration
+	// MaxUnrecordedOutcomes bounds the published messages whose outcomes
+	// are not written yet: a group worker waits before it publishes while
+	// this many wait for the store. A processor that crashes has its
+	// messages published again once their leases expire; of those, at most
+	// this many plus the batches being published had been published
+	// already (duplicates). Defaults to PublishBatchSize.
+	MaxUnrecordedOutcomes int
+	// MaxRecoveries is how many times lease recovery puts a message back to
+	// PENDING before it dead-letters it instead. Recovery does not count an
+	// attempt (the processor that held the message may never have published
+	// it), so this bounds a message that makes its processors crash.
+	// Defaults to 5.
+	MaxRecoveries int
 	// RecoveryInterval is how often expired leases are recovered. Defaults
 	// to 1m.
 	RecoveryInterval time.Duration
@@ -93,6 +109,9 @@ type Config struct {
 	Clock Clock
 }
 
+// DefaultMaxRecoveries is Config.MaxRecoveries' default.
+const DefaultMaxRecoveries = 5
+
 // Leader reports whether this processor may work now (single-active mode).
 // Store adapters offer implementations (e.g. a PostgreSQL advisory lock).
 type Leader interface {
@@ -110,6 +129,8 @@ func (c Config) WithDefaults() Config {
 	c.MaxConcurrentGroups = cmp.Or(c.MaxConcurrentGroups, 10)
 	c.BufferSize = cmp.Or(c.BufferSize, 1000)
 	c.ProcessingTimeout = cmp.Or(c.ProcessingTimeout, 5*time.Minute)
+	c.MaxUnrecordedOutcomes = cmp.Or(c.MaxUnrecordedOutcomes, c.PublishBatchSize)
+	c.MaxRecoveries = cmp.Or(c.MaxRecoveries, DefaultMaxRecoveries)
 	c.RecoveryInterval = cmp.Or(c.RecoveryInterval, time.Minute)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, min(30*time.Second, c.ProcessingTimeout/2))
 	c.MaxErrorBackoff = cmp.Or(c.MaxErrorBackoff, 30*time.Second)
@@ -148,7 +169,8 @@ func (c Config) Validate() error {
 	for _, err := range []error{
 		pos("PollBatchSize", c.PollBatchSize), pos("PublishBatchSize", c.PublishBatchSize),
 		pos("MaxConcurrentGroups", c.MaxConcurrentGroups), pos("BufferSize", c.BufferSize),
-		pos("MaxAttempts", c.MaxAttempts),
+		pos("MaxAttempts", c.MaxAttempts), pos("MaxUnrecordedOutcomes", c.MaxUnrecordedOutcomes),
+		pos("MaxRecoveries", c.MaxRecoveries),
 		posD("PollInterval", c.PollInterval), posD("ProcessingTimeout", c.ProcessingTimeout),
 		posD("RecoveryInterval", c.RecoveryInterval), posD("DrainTimeout", c.DrainTimeout),
 		posD("MaxErrorBackoff", c.MaxErrorBackoff), posD("UnroutedAfter", c.UnroutedAfter),

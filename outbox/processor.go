@@ -41,6 +41,13 @@ type Processor struct {
 	inflight        atomic.Int64 // claimed messages held in memory
 	waitingForSpace atomic.Bool
 
+	leaseMu sync.Mutex
+	leases  map[string]*lease // the leases of the messages held, by leaseKey
+
+	unrecMu    sync.Mutex
+	unrecorded int           // published messages whose outcomes are not written yet
+	recorded   chan struct{} // closed and replaced when unrecorded drops
+
 	stopping  chan struct{} // closed when Run's ctx ends
 	pubCtx    context.Context
 	recordCh  chan *finishBatch
@@ -102,6 +109,9 @@ func NewProcessor(store Store, pub Publisher, cfg Config) (*Processor, error) {
 		wakeCh: make(chan struct{}, 1),
 		groups: map[string]*groupWorker{},
 		polled: make(chan struct{}),
+		leases: map[string]*lease{},
+
+		recorded: make(chan struct{}),
 	}
 	if r, ok := pub.(*Router); ok {
 		r.log.CompareAndSwap(nil, p.log)
@@ -146,6 +156,9 @@ func (p *Processor) Run(ctx context.Context) error {
 	p.recordCh = make(chan *finishBatch, p.cfg.MaxConcurrentGroups*2)
 	p.recorders.Add(1)
 	go p.recordLoop()
+	// The heartbeat outlives ctx: it keeps the leases of what is still
+	// being published or recorded during the drain.
+	stopHeartbeat := p.startHeartbeat(ctx)
 
 	if p.cfg.AllTopics {
 		p.log.Info("outbox processor started", "topics", "all topics", "poll_interval", p.cfg.PollInterval)
@@ -174,6 +187,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	close(p.recordCh)
 	p.recorders.Wait()
+	stopHeartbeat()
 	p.log.Info("outbox processor stopped")
 	return nil
 }
@@ -277,8 +291,9 @@ func (p *Processor) pollOnce(ctx context.Context) (again bool, err error) {
 	}
 	limit := min(free, p.cfg.PollBatchSize)
 	start := time.Now()
+	claimedAt := p.cfg.Clock.Now()
 	msgs, err := p.store.MessageClaim(ctx, MessageClaimParams{
-		Limit: limit, Topics: p.cfg.Topics, Owner: p.cfg.ID, Now: p.cfg.Clock.Now(),
+		Limit: limit, Topics: p.cfg.Topics, Owner: p.cfg.ID, Now: claimedAt,
 	})
 	if co, ok := p.cfg.Observer.(ClaimObserver); ok {
 		co.OnClaimed(ctx, ClaimEvent{Limit: limit, Claimed: len(msgs), Duration: time.Since(start), Err: err})
@@ -292,6 +307,7 @@ func (p *Processor) pollOnce(ctx context.Context) (again bool, err error) {
 	}
 	p.counters.claimed.Add(int64(len(msgs)))
 	p.inflight.Add(int64(len(msgs)))
+	p.hold(msgs, claimedAt)
 	// Hand the whole claim over under one lock: a group's messages from one
 	// claim must land in the same worker queue. Otherwise a worker could
 	// publish message n, fail, release its queue and exit before n+1 is
@@ -382,6 +398,10 @@ func (p *Processor) take(g *groupWorker, n int) []Message {
 func (p *Processor) work(g *groupWorker) {
 	defer p.workers.Done()
 	for {
+		if !p.awaitRecorder() {
+			p.releaseRest(g)
+			return
+		}
 		select {
 		case p.sem <- struct{}{}:
 		case <-p.stopping:
@@ -444,6 +464,9 @@ type finishBatch struct {
 	// expired counts the messages not published because their lease had
 	// expired: nothing is recorded for them.
 	expired int
+	// published counts the items of a publish call, added to
+	// Processor.unrecorded until they are written.
+	published int
 }
 
 // add queues the outcome o of m; it fills in the fields every outcome
@@ -464,8 +487,9 @@ func (p *Processor) publish(g *groupWorker, batch []Message) (blocked bool) {
 	// publish it (the lease fence would refuse its outcome anyway).
 	live := batch[:0:0]
 	for i := range batch {
-		if !batch[i].ClaimedAt.IsZero() && now.Sub(batch[i].ClaimedAt) >= p.cfg.ProcessingTimeout {
+		if !p.holds(batch[i], now) {
 			fb.expired++
+			p.forget(batch[i])
 			continue
 		}
 		live = append(live, batch[i])
@@ -520,6 +544,8 @@ func (p *Processor) publish(g *groupWorker, batch []Message) (blocked bool) {
 		}
 		blocked = failed
 	}
+	fb.published = len(fb.items)
+	p.addUnrecorded(fb.published)
 	p.recordCh <- fb
 	return blocked
 }
@@ -612,6 +638,14 @@ func (p *Processor) record(batches []*finishBatch) {
 			}
 		}
 	}
+	published := 0
+	for _, b := range batches {
+		published += b.published
+		for _, f := range b.items {
+			p.forget(f.msg)
+		}
+	}
+	p.addUnrecorded(-published)
 	ctx := context.WithoutCancel(p.pubCtx)
 	for _, b := range batches {
 		for _, f := range b.items {

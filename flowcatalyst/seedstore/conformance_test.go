@@ -22,6 +22,7 @@ var seedFeatures = storetest.Features{
 		storetest.CapTenants, storetest.CapIdempotency, storetest.CapCancel, storetest.CapAttemptHistory,
 		storetest.CapCallerIDs, storetest.CapReceipts, storetest.CapInbox, storetest.CapWakeups,
 		storetest.CapListInTx, storetest.CapAdmin, storetest.CapCallerClock, storetest.CapDeadLetterBlock, storetest.CapBinaryPayloads,
+		storetest.CapLeaseExtend,
 	},
 	ConcurrentWriters: true,
 	Topics:            []string{flowcatalyst.TopicEvent, flowcatalyst.TopicDispatchJob},

@@ -23,6 +23,7 @@ type Store[TTx any] interface {
 	// PayloadLimiter: MaxPayloadBytes is the largest payload the store
 	// holds, checked against outbox.Options.MaxPayloadBytes.
 	outbox.PayloadLimiter
+	outbox.LeaseExtender
 
 	// InTx runs fn in a new transaction, commits it when fn returns nil,
 	// and wakes the store's processors.

@@ -20,6 +20,7 @@ type sqlText struct {
 
 	finish  [16]string // by finishMask
 	recover string
+	extend  string
 
 	get, list, count, countAll string
 	attempts                   string
@@ -280,6 +281,7 @@ WHERE (tenant, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[])
 		claimFallbackTopics: claimFallback(true),
 		finish:              finish,
 		recover:             recoverSQL,
+		extend:              q(extendSQL),
 		get:                 q(`SELECT {COLS} FROM {T} WHERE tenant = $1 AND id = $2`),
 		list: q(`SELECT {COLS} FROM {T}
 WHERE tenant = $1 AND seq > $2 AND ($3 = '' OR status = $3) AND ($4 = '' OR topic = $4) AND ($5 = '' OR grp = $5)

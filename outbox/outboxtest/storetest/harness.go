@@ -108,13 +108,15 @@ const (
 	// JSON) and the message's ContentType. A store whose payload column
 	// holds JSON text only (seed 004's tables) lacks it.
 	CapBinaryPayloads Capability = "binary payloads and content types"
+	// CapLeaseExtend: the Store implements outbox.LeaseExtender.
+	CapLeaseExtend Capability = "lease extension"
 )
 
 // Capabilities returns every Capability the suite knows.
 func Capabilities() []Capability {
 	return []Capability{
 		CapTransactions, CapConcurrentClaim, CapLockWait, CapReceipts, CapInbox, CapWakeups, CapListInTx,
-		CapTenants, CapIdempotency, CapCancel, CapAttemptHistory, CapCallerIDs, CapAdmin, CapDeadLetterBlock, CapCallerClock, CapAnyTopic, CapBinaryPayloads,
+		CapTenants, CapIdempotency, CapCancel, CapAttemptHistory, CapCallerIDs, CapAdmin, CapDeadLetterBlock, CapCallerClock, CapAnyTopic, CapBinaryPayloads, CapLeaseExtend,
 	}
 }
 

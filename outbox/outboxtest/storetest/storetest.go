@@ -42,6 +42,7 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("Finish", func(t *testing.T) { testFinish(t, h) })
 	t.Run("Recover", func(t *testing.T) { testRecover(t, h) })
 	t.Run("DeadLetter", func(t *testing.T) { testDeadLetter(t, h) })
+	t.Run("Lease", func(t *testing.T) { testLease(t, h) })
 	t.Run("Operator", func(t *testing.T) { testOperator(t, h) })
 	t.Run("Receipts", func(t *testing.T) { testReceipts(t, h) })
 	t.Run("Query", func(t *testing.T) { testQuery(t, h) })

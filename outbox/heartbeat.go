@@ -1,0 +1,178 @@
+package outbox
+
+import (
+	"context"
+	"time"
+)
+
+// lease is the processor's record of one claim it holds, from the claim
+// until its outcome is written.
+type lease struct {
+	topic, id string
+	attempt   int
+	// claimedAt is the claim's ClaimedAt as the store returned it: it tells
+	// two claims of the same message apart (a lease lost during a long
+	// store outage and claimed again by this processor).
+	claimedAt time.Time
+	// renewed is when the lease was taken or last extended (processor
+	// clock); lost is set when the store reported it lost. Both are
+	// guarded by Processor.leaseMu.
+	renewed time.Time
+	lost    bool
+}
+
+func leaseKey(m *Message) string { return m.Topic + "\x00" + m.ID }
+
+// hold registers the leases of a claim taken at now.
+func (p *Processor) hold(msgs []Message, now time.Time) {
+	p.leaseMu.Lock()
+	defer p.leaseMu.Unlock()
+	for i := range msgs {
+		m := &msgs[i]
+		p.leases[leaseKey(m)] = &lease{topic: m.Topic, id: m.ID, attempt: m.Attempts, claimedAt: m.ClaimedAt, renewed: now}
+	}
+}
+
+// holds reports whether the processor still holds m's lease at now: not
+// reported lost by the store, renewed less than ProcessingTimeout ago, and
+// not replaced by a newer claim of the same message.
+func (p *Processor) holds(m Message, now time.Time) bool {
+	p.leaseMu.Lock()
+	defer p.leaseMu.Unlock()
+	l := p.leases[leaseKey(&m)]
+	if l == nil || !l.claimedAt.Equal(m.ClaimedAt) {
+		return false
+	}
+	return !l.lost && now.Sub(l.renewed) < p.cfg.ProcessingTimeout
+}
+
+// forget drops m's lease once its outcome is written (or refused).
+func (p *Processor) forget(m Message) {
+	p.leaseMu.Lock()
+	defer p.leaseMu.Unlock()
+	k := leaseKey(&m)
+	if l := p.leases[k]; l != nil && l.claimedAt.Equal(m.ClaimedAt) {
+		delete(p.leases, k)
+	}
+}
+
+// heartbeatEvery is how often the processor extends its leases: each held
+// lease is renewed when it is between one and two of these old, far from
+// ProcessingTimeout.
+func (p *Processor) heartbeatEvery() time.Duration {
+	return max(p.cfg.ProcessingTimeout/4, time.Millisecond)
+}
+
+// startHeartbeat starts extending the leases the processor holds, when the
+// store is a LeaseExtender, and returns the function that stops it. Without
+// one it warns that ProcessingTimeout must cover the longest publish.
+func (p *Processor) startHeartbeat(ctx context.Context) (stop func()) {
+	ext, ok := p.store.(LeaseExtender)
+	if !ok {
+		p.log.Warn("the store cannot extend leases: Config.ProcessingTimeout must exceed the longest publish "+
+			"(and any store stall while outcomes are written), or messages held longer are recovered and published again",
+			"processing_timeout", p.cfg.ProcessingTimeout)
+		return func() {}
+	}
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		every := p.heartbeatEvery()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-t.C:
+			}
+			p.extendLeases(hctx, ext, every)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// extendLeases renews every held lease older than age. A lease older than
+// ProcessingTimeout is not renewed (it may have been recovered and claimed
+// again: its message is not published by this processor); a lease the
+// store reports lost is marked so.
+func (p *Processor) extendLeases(ctx context.Context, ext LeaseExtender, age time.Duration) {
+	now := p.cfg.Clock.Now()
+	var due []*lease
+	p.leaseMu.Lock()
+	for _, l := range p.leases {
+		if !l.lost && now.Sub(l.renewed) >= age && now.Sub(l.renewed) < p.cfg.ProcessingTimeout {
+			due = append(due, l)
+		}
+	}
+	p.leaseMu.Unlock()
+	const chunk = 1000
+	for len(due) > 0 {
+		n := min(len(due), chunk)
+		part := due[:n]
+		due = due[n:]
+		params := MessageExtendLeaseParams{Owner: p.cfg.ID, Now: now, Leases: make([]Lease, n)}
+		for i, l := range part {
+			params.Leases[i] = Lease{Topic: l.topic, ID: l.id, Attempt: l.attempt}
+		}
+		cctx, cancel := context.WithTimeout(ctx, max(p.heartbeatEvery(), time.Second))
+		res, err := ext.MessageExtendLease(cctx, params)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				p.log.Warn("extending leases failed; retrying at the next heartbeat", "err", err, "messages", n)
+			}
+			continue
+		}
+		lost := make(map[string]bool, len(res.LeaseLost))
+		for _, id := range res.LeaseLost {
+			lost[id] = true
+		}
+		p.leaseMu.Lock()
+		for _, l := range part {
+			if lost[l.id] {
+				l.lost = true
+			} else {
+				l.renewed = now
+			}
+		}
+		p.leaseMu.Unlock()
+	}
+}
+
+// addUnrecorded counts published messages whose outcomes wait to be
+// written (n > 0) or were written (n < 0).
+func (p *Processor) addUnrecorded(n int) {
+	if n == 0 {
+		return
+	}
+	p.unrecMu.Lock()
+	p.unrecorded += n
+	if n < 0 {
+		close(p.recorded)
+		p.recorded = make(chan struct{})
+	}
+	p.unrecMu.Unlock()
+}
+
+// awaitRecorder waits until fewer than Config.MaxUnrecordedOutcomes
+// published messages wait for their outcomes to be written, so a crash
+// publishes again at most those and the batches being published. It
+// returns false when the processor is stopping.
+func (p *Processor) awaitRecorder() bool {
+	for {
+		p.unrecMu.Lock()
+		if p.unrecorded < p.cfg.MaxUnrecordedOutcomes {
+			p.unrecMu.Unlock()
+			return true
+		}
+		ch := p.recorded
+		p.unrecMu.Unlock()
+		select {
+		case <-ch:
+		case <-p.stopping:
+			return false
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package mongo
+
+import (
+	"context"
+	"fmt"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+var _ outbox.LeaseExtender = (*Store)(nil)
+
+// MessageExtendLease implements outbox.LeaseExtender: one unordered bulk
+// write sets claimed_at to p.Now on every message p.Owner still holds
+// (status PROCESSING, claimed_by = Owner, attempts = the lease's Attempt),
+// each update fenced like an outcome, and marks it with a token of this
+// call; when some did not match, the marked ones are read back. The IDs of
+// the others are returned in LeaseLost.
+func (s *Store) MessageExtendLease(ctx context.Context, p outbox.MessageExtendLeaseParams) (outbox.ExtendLeaseResult, error) {
+	var res outbox.ExtendLeaseResult
+	if err := p.Validate(); err != nil {
+		return res, err
+	}
+	if len(p.Leases) == 0 {
+		return res, nil
+	}
+	now := s.now(p.Now)
+	op := token()
+	models := make([]mongo.WriteModel, len(p.Leases))
+	ids := make(bson.A, len(p.Leases))
+	for i, l := range p.Leases {
+		models[i] = mongo.NewUpdateOneModel().SetFilter(fence(l.ID, p.Owner, l.Attempt)).
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "claimed_at", Value: now}, {Key: "hop", Value: op}}}})
+		ids[i] = l.ID
+	}
+	matched, err := s.bulk(ctx, models)
+	if err != nil {
+		return res, fmt.Errorf("mongo: extend lease: %w", err)
+	}
+	if matched == int64(len(p.Leases)) {
+		return res, nil
+	}
+	var got []struct {
+		ID string `bson:"_id"`
+	}
+	cur, err := s.msgs.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "hop", Value: op}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return res, fmt.Errorf("mongo: extend lease: %w", err)
+	}
+	if err := cur.All(ctx, &got); err != nil {
+		return res, fmt.Errorf("mongo: extend lease: %w", err)
+	}
+	extended := make(map[string]bool, len(got))
+	for _, g := range got {
+		extended[g.ID] = true
+	}
+	for _, l := range p.Leases {
+		if !extended[l.ID] {
+			res.LeaseLost = append(res.LeaseLost, l.ID)
+		}
+	}
+	return res, nil
+}

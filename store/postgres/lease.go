@@ -1,0 +1,57 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+var _ outbox.LeaseExtender = (*Store)(nil)
+
+// extendSQL renews leases still held by their owner ($2), fenced like an
+// outcome. Only claimed_at changes. It commits durably even with
+// Options.AsyncCommit: a renewal forgotten by a server crash could let
+// recovery take a message that is being published.
+const extendSQL = `UPDATE {T} m SET claimed_at = $1
+FROM unnest($3::text[], $4::int4[]) AS x(id, attempt)
+WHERE m.id = x.id AND m.status = 'PROCESSING' AND m.claimed_by = $2 AND m.attempts = x.attempt
+RETURNING m.id`
+
+// MessageExtendLease implements outbox.LeaseExtender: one UPDATE sets
+// claimed_at to p.Now for every lease p.Owner still holds (status
+// PROCESSING, claimed_by = Owner, attempts = the lease's Attempt); the IDs
+// of the others are returned in LeaseLost.
+func (s *Store) MessageExtendLease(ctx context.Context, p outbox.MessageExtendLeaseParams) (outbox.ExtendLeaseResult, error) {
+	if err := p.Validate(); err != nil {
+		return outbox.ExtendLeaseResult{}, err
+	}
+	if len(p.Leases) == 0 {
+		return outbox.ExtendLeaseResult{}, nil
+	}
+	ids := make([]string, len(p.Leases))
+	att := make([]int32, len(p.Leases))
+	for i, l := range p.Leases {
+		ids[i], att[i] = l.ID, int32(l.Attempt) //nolint:gosec // attempts are small
+	}
+	extended := make(map[string]bool, len(ids))
+	err := s.planned(ctx, s.sql.extend, []any{s.at(p.Now), text(p.Owner), ids, att}, func(r pgx.Rows) error {
+		var id string
+		if err := r.Scan(&id); err != nil {
+			return err
+		}
+		extended[id] = true
+		return nil
+	})
+	if err != nil {
+		return outbox.ExtendLeaseResult{}, wrapErr("extend lease", err)
+	}
+	var res outbox.ExtendLeaseResult
+	for _, id := range ids {
+		if !extended[id] {
+			res.LeaseLost = append(res.LeaseLost, id)
+		}
+	}
+	return res, nil
+}
