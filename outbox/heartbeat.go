@@ -116,7 +116,7 @@ func (p *Processor) extendLeases(ctx context.Context, ext LeaseExtender, age tim
 		for i, l := range part {
 			params.Leases[i] = Lease{Topic: l.topic, ID: l.id, Attempt: l.attempt}
 		}
-		cctx, cancel := context.WithTimeout(ctx, max(p.heartbeatEvery(), time.Second))
+		cctx, cancel := context.WithTimeout(ctx, max(p.cfg.ProcessingTimeout/2, time.Second))
 		res, err := ext.MessageExtendLease(cctx, params)
 		cancel()
 		if err != nil {

@@ -107,11 +107,14 @@ func (o Outcome) Validate() error {
 	return nil
 }
 
-// Validate checks that ClaimedBefore is set and MaxAttempts is not
-// negative.
+// Validate checks that ClaimedBefore is set and MaxRecoveries and
+// MaxAttempts are not negative.
 func (p MessageRecoverParams) Validate() error {
 	if p.ClaimedBefore.IsZero() {
 		return invalid("ClaimedBefore", "is required")
+	}
+	if p.MaxRecoveries < 0 {
+		return invalid("MaxRecoveries", "must not be negative")
 	}
 	if p.MaxAttempts < 0 {
 		return invalid("MaxAttempts", "must not be negative")

@@ -58,10 +58,13 @@ type Store interface {
 	// unseen.
 	MessagePrune(ctx context.Context, p MessagePruneParams) (int, error)
 	// MessageRecover puts back to PENDING every PROCESSING message claimed
-	// before ClaimedBefore (an expired lease: its processor died). A message
-	// that has used all its attempts is dead-lettered instead, blocking its
-	// group when DeadLetter says so. Returns how many were recovered and
-	// dead-lettered.
+	// before ClaimedBefore (an expired lease: its processor died), without
+	// counting the lost attempt (Attempts goes back down by one: the
+	// processor may never have published it), and counts the recovery. The
+	// recovery that brings a message's recoveries to MaxRecoveries
+	// dead-letters it instead (a message that makes its processors crash),
+	// blocking its group when DeadLetter says so. Returns how many were
+	// recovered and dead-lettered.
 	MessageRecover(ctx context.Context, p MessageRecoverParams) (RecoverResult, error)
 	// MessageRequeue moves a FAILED message back to PENDING, due now, with
 	// its attempts reset (and BlocksGroup cleared: a dead letter that
@@ -301,7 +304,14 @@ type MessageRecoverParams struct {
 	// ClaimedBefore: PROCESSING messages claimed before this are recovered.
 	ClaimedBefore time.Time
 	Now           time.Time
-	// MaxAttempts is used for messages whose MaxAttempts is 0.
+	// MaxRecoveries is how many recoveries dead-letter a message (the
+	// processor passes Config.MaxRecoveries); 0 means
+	// DefaultMaxRecoveries.
+	MaxRecoveries int
+	// MaxAttempts is used, for messages whose MaxAttempts is 0, by stores
+	// that count a recovered lease as an attempt (flowcatalyst/seedstore
+	// with Options.RecoveryCountsAttempt); the stores of this module do
+	// not.
 	MaxAttempts int
 	// DeadLetter says which of the messages dead-lettered here block their
 	// group (see DeadLetterRule.Blocks). The zero value blocks none.

@@ -329,7 +329,7 @@ func (p *Processor) recoveryLoop(ctx context.Context) {
 		if p.active() {
 			now := p.cfg.Clock.Now()
 			res, err := p.store.MessageRecover(ctx, MessageRecoverParams{
-				ClaimedBefore: now.Add(-p.cfg.ProcessingTimeout), Now: now, MaxAttempts: p.cfg.MaxAttempts,
+				ClaimedBefore: now.Add(-p.cfg.ProcessingTimeout), Now: now, MaxAttempts: p.cfg.MaxAttempts, MaxRecoveries: p.cfg.MaxRecoveries,
 				DeadLetter: p.cfg.DeadLetter,
 			})
 			switch {

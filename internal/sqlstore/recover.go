@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"time"
@@ -13,26 +14,27 @@ const LeaseExpiredCode = "lease_expired"
 
 const leaseExpiredMsg = "the lease expired before the outcome was recorded (the processor stopped or stalled)"
 
+// uncharge is the SET clause of a recovered lease: the lost attempt is not
+// counted, the recovery is.
+const uncharge = "attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, recoveries = recoveries + 1"
+
 // recoverChunk is how many expired leases one transaction of
 // MessageRecover handles.
 const recoverChunk = 1000
 
 // MessageRecover implements outbox.Store: every PROCESSING message claimed
-// before p.ClaimedBefore goes back to PENDING (due at once), or to FAILED
-// when it has used all its attempts (its MaxAttempts, or p.MaxAttempts when
-// 0, or outbox.DefaultMaxAttempts when both are 0). Both get LastError code
-// "lease_expired" and an attempt row recording the lost attempt. It works in
-// transactions of 1,000 messages, skipping rows a concurrent outcome holds
-// where the database locks rows.
+// before p.ClaimedBefore goes back to PENDING (due at once) without its
+// lost attempt counted, with one more recovery, or to FAILED when that
+// recovery reaches p.MaxRecoveries (outbox.DefaultMaxRecoveries when 0),
+// blocking its group when p.DeadLetter says so. Both get LastError code "lease_expired" and an attempt row, numbered like
+// the lost claim. It works in transactions of 1,000 messages, skipping rows
+// a concurrent outcome holds where the database locks rows.
 func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
 	var res outbox.RecoverResult
 	if err := p.Validate(); err != nil {
 		return res, err
 	}
-	maxAttempts := p.MaxAttempts
-	if maxAttempts == 0 {
-		maxAttempts = outbox.DefaultMaxAttempts
-	}
+	maxRecoveries := cmp.Or(p.MaxRecoveries, outbox.DefaultMaxRecoveries)
 	now := s.now(p.Now)
 	before := s.d.Time(s.now(p.ClaimedBefore))
 	for {
@@ -42,25 +44,22 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 			att := NewAttemptRows(s.d)
 			n = 0
 			e := &outbox.ErrorInfo{Code: LeaseExpiredCode, Message: leaseExpiredMsg}
-			err := s.scanRows(ctx, q, `SELECT seq, id, tenant, topic, grp, attempts, max_attempts, claimed_at FROM `+s.messages+`
+			err := s.scanRows(ctx, q, `SELECT seq, id, tenant, topic, grp, attempts, recoveries, claimed_at FROM `+s.messages+`
 				WHERE status = 'PROCESSING' AND claimed_at < ? ORDER BY seq LIMIT ?`+s.d.SkipLocked,
 				[]any{before, recoverChunk}, func(rows *sql.Rows) error {
 					var id, tenant, topic, grp string
 					var seq int64
-					var attempts, limit int
+					var attempts, recoveries int
 					var claimed Time
-					if err := rows.Scan(&seq, &id, &tenant, &topic, &grp, &attempts, &limit, &claimed); err != nil {
+					if err := rows.Scan(&seq, &id, &tenant, &topic, &grp, &attempts, &recoveries, &claimed); err != nil {
 						return err
 					}
 					n++
-					if limit <= 0 {
-						limit = maxAttempts
-					}
 					start := now
 					if claimed.Valid {
 						start = claimed.T
 					}
-					if attempts >= limit {
+					if recoveries+1 >= maxRecoveries {
 						if p.DeadLetter.Blocks(topic, grp) {
 							deadBlock = append(deadBlock, seq)
 						} else {
@@ -84,7 +83,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 				if len(seqs) == 0 {
 					continue
 				}
-				if _, err := q.ExecContext(ctx, `UPDATE `+s.messages+` SET status = 'FAILED', last_error_code = ?,
+				if _, err := q.ExecContext(ctx, `UPDATE `+s.messages+` SET status = 'FAILED', `+uncharge+`, last_error_code = ?,
 					last_error_message = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL, blocks_group = ?
 					WHERE seq IN (`+Placeholders(len(seqs))+`)`,
 					append([]any{LeaseExpiredCode, leaseExpiredMsg, nowT, i == 1}, seqs...)...); err != nil {
@@ -92,7 +91,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 				}
 			}
 			if len(back) > 0 {
-				if _, err := q.ExecContext(ctx, `UPDATE `+s.messages+` SET status = 'PENDING', last_error_code = ?,
+				if _, err := q.ExecContext(ctx, `UPDATE `+s.messages+` SET status = 'PENDING', `+uncharge+`, last_error_code = ?,
 					last_error_message = ?, next_attempt_at = `+s.d.Earliest("next_attempt_at")+`,
 					updated_at = ?, claimed_at = NULL, claimed_by = NULL
 					WHERE seq IN (`+Placeholders(len(back))+`)`,

@@ -1,6 +1,7 @@
 package mongo
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -183,20 +184,18 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 const leaseExpiredCode = "lease_expired"
 
 // MessageRecover implements outbox.Store: every PROCESSING message claimed
-// before p.ClaimedBefore goes back to PENDING (due at once), or to FAILED
-// when it has used all its attempts (its MaxAttempts, else p.MaxAttempts,
-// else outbox.DefaultMaxAttempts). Both get LastError code "lease_expired"
-// and an attempt recording the lost attempt. Each update is fenced by the
-// lease it read, so an outcome recorded meanwhile wins.
+// before p.ClaimedBefore goes back to PENDING (due at once) without its lost
+// attempt counted, with one more recovery, or to FAILED when that recovery
+// reaches p.MaxRecoveries (outbox.DefaultMaxRecoveries when 0). Both get
+// LastError code "lease_expired" and an attempt numbered like the lost
+// claim. Each update is fenced by the lease it read, so an outcome recorded
+// meanwhile wins.
 func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
 	var res outbox.RecoverResult
 	if err := p.Validate(); err != nil {
 		return res, err
 	}
-	maxAttempts := p.MaxAttempts
-	if maxAttempts == 0 {
-		maxAttempts = outbox.DefaultMaxAttempts
-	}
+	maxRecoveries := cmp.Or(p.MaxRecoveries, outbox.DefaultMaxRecoveries)
 	now := s.now(p.Now)
 	var expired []msgDoc
 	if err := s.findAll(ctx, bson.D{{Key: "status", Value: string(outbox.StatusProcessing)},
@@ -210,18 +209,16 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	for _, d := range expired {
 		filter := fence(d.ID, d.ClaimedBy, d.Attempts)
 		filter = append(filter, bson.E{Key: "claimed_at", Value: tv(d.ClaimedAt)})
-		limit := d.MaxAttempts
-		if limit == 0 {
-			limit = maxAttempts
-		}
 		a := &attemptDoc{MsgID: d.ID, N: d.Attempts, Error: e, StartedAt: tv(d.ClaimedAt), FinishedAt: now}
-		if d.Attempts >= limit {
+		// The lost attempt is not counted; the recovery is.
+		uncharge := bson.E{Key: "$inc", Value: bson.D{{Key: "attempts", Value: -min(d.Attempts, 1)}, {Key: "recoveries", Value: 1}}}
+		if d.Recoveries+1 >= maxRecoveries {
 			dead[d.ID] = true
 			a.Outcome = string(outbox.AttemptFailed)
 			blocks := p.DeadLetter.Blocks(d.Topic, d.Group)
 			outs = append(outs, outcome{filter: filter, id: d.ID, attempt: a,
 				update: bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusFailed)}, {Key: "fin", Value: !blocks},
-					{Key: "blocks_group", Value: blocks}, {Key: "last_error", Value: e}, {Key: "updated_at", Value: now}}}, unsetLease}})
+					{Key: "blocks_group", Value: blocks}, {Key: "last_error", Value: e}, {Key: "updated_at", Value: now}}}, unsetLease, uncharge}})
 			continue
 		}
 		next := d.NextAt
@@ -231,7 +228,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 		a.Outcome, a.NextAt = string(outbox.AttemptRetry), tp(now)
 		outs = append(outs, outcome{filter: filter, id: d.ID, attempt: a,
 			update: bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusPending)},
-				{Key: "next_at", Value: next}, {Key: "last_error", Value: e}, {Key: "updated_at", Value: now}}}, unsetLease}})
+				{Key: "next_at", Value: next}, {Key: "last_error", Value: e}, {Key: "updated_at", Value: now}}}, unsetLease, uncharge}})
 	}
 	applied, err := s.applyOutcomes(ctx, outs)
 	if err != nil {

@@ -32,6 +32,7 @@ type msgDoc struct {
 	Fin         bool       `bson:"fin"`
 	Blocks      bool       `bson:"blocks_group,omitempty"`
 	Attempts    int        `bson:"attempts"`
+	Recoveries  int        `bson:"recoveries,omitempty"` // lease recoveries (see MessageRecover)
 	NextAt      time.Time  `bson:"next_at"`
 	ProvID      string     `bson:"prov_id,omitempty"`
 	LastError   *errDoc    `bson:"last_error,omitempty"`

@@ -180,7 +180,7 @@ func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParam
 	now := s.now(p.Now)
 	return s.transition(ctx, p.Tenant, p.ID, outbox.EventRequeue, func(*msgDoc) bson.D {
 		return bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusPending)}, {Key: "fin", Value: false},
-			{Key: "blocks_group", Value: false}, {Key: "attempts", Value: 0}, {Key: "next_at", Value: now}, {Key: "updated_at", Value: now}}}, unsetLease}
+			{Key: "blocks_group", Value: false}, {Key: "attempts", Value: 0}, {Key: "recoveries", Value: 0}, {Key: "next_at", Value: now}, {Key: "updated_at", Value: now}}}, unsetLease}
 	})
 }
 

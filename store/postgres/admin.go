@@ -117,7 +117,7 @@ func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueM
 			WHERE id = ANY($1::text[]) AND status = 'FAILED' AND sent_finished_at IS NOT NULL`, res.IDs); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE `+s.messages+` SET status = 'PENDING', attempts = 0,
+		tag, err := tx.Exec(ctx, `UPDATE `+s.messages+` SET status = 'PENDING', attempts = 0, recoveries = 0,
 			next_attempt_at = $1, updated_at = $1, claimed_at = NULL, claimed_by = NULL, blocks_group = false,
 			sent_response = NULL, sent_started_at = NULL, sent_finished_at = NULL
 			WHERE id = ANY($2::text[]) AND status = 'FAILED'`, p.Now, res.IDs)

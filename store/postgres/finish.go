@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -131,18 +132,17 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 }
 
 // MessageRecover puts back to PENDING the PROCESSING messages claimed before
-// p.ClaimedBefore (their processor died or lost its lease), or dead-letters
-// those that used all their attempts, and records a "lease_expired" attempt
-// for each. It works in chunks of 10,000 rows per statement, skipping rows a
-// concurrent outcome is writing.
+// p.ClaimedBefore (their processor died or lost its lease) without counting
+// the lost attempt, counts the recovery, and dead-letters instead a message
+// whose recoveries reach p.MaxRecoveries (outbox.DefaultMaxRecoveries when
+// 0); each lost claim is kept as a "lease_expired" attempt row. It works in
+// chunks of 10,000 rows per statement, skipping rows a concurrent outcome is
+// writing.
 func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
 	if err := p.Validate(); err != nil {
 		return outbox.RecoverResult{}, err
 	}
-	maxAttempts := p.MaxAttempts
-	if maxAttempts <= 0 {
-		maxAttempts = outbox.DefaultMaxAttempts
-	}
+	maxRecoveries := cmp.Or(p.MaxRecoveries, outbox.DefaultMaxRecoveries)
 	now := s.at(p.Now)
 	before := p.ClaimedBefore.UTC().Truncate(time.Microsecond)
 	const chunk = 10000
@@ -152,7 +152,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	for {
 		var rec, dead int
 		var sc *string
-		err := s.planned(ctx, s.sql.recover, []any{before, now, maxAttempts, chunk, def, block, cont}, func(r pgx.Rows) error {
+		err := s.planned(ctx, s.sql.recover, []any{before, now, maxRecoveries, chunk, def, block, cont}, func(r pgx.Rows) error {
 			return r.Scan(&rec, &dead, &sc)
 		})
 		if err != nil {

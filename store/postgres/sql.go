@@ -240,26 +240,32 @@ ORDER BY u.seq`)
 		finish[mask] = q(finishSQL(mask))
 	}
 
+	// Recovery: an expired lease goes back to PENDING without its attempt
+	// counted (the processor that held it may never have published it) and
+	// with one more recovery; the recovery that reaches $3 (MaxRecoveries)
+	// dead-letters it instead. Either way the lost claim is kept as an
+	// attempts row numbered like the claim.
 	recoverSQL := q(`WITH exp AS (
-	SELECT id, claimed_at FROM {T}
+	SELECT id, claimed_at, attempts FROM {T}
 	WHERE status = 'PROCESSING' AND claimed_at < $1
 	ORDER BY claimed_at
 	LIMIT $4
 	FOR UPDATE SKIP LOCKED
 ), upd AS (
 	UPDATE {T} m SET
-		status = CASE WHEN m.attempts >= coalesce(nullif(m.max_attempts, 0), $3) THEN 'FAILED' ELSE 'PENDING' END,
+		status = CASE WHEN m.recoveries + 1 >= $3 THEN 'FAILED' ELSE 'PENDING' END,
+		attempts = greatest(m.attempts - 1, 0), recoveries = m.recoveries + 1,
 		-- A dead letter holds its group when the topic's policy says so
 		-- (outbox.DeadLetterRule: $5 the default, $6 blocking topics, $7
 		-- continuing ones).
-		blocks_group = m.attempts >= coalesce(nullif(m.max_attempts, 0), $3) AND m.grp <> ''
+		blocks_group = m.recoveries + 1 >= $3 AND m.grp <> ''
 			AND (m.topic = ANY($6::text[]) OR ($5::boolean AND NOT m.topic = ANY($7::text[]))),
 		last_error_code = 'lease_expired',
 		last_error_message = 'the lease expired before the processor recorded an outcome',
 		updated_at = $2, claimed_at = NULL, claimed_by = NULL
 	FROM exp
 	WHERE m.id = exp.id AND m.status = 'PROCESSING'
-	RETURNING m.id, m.tenant, m.attempts, m.status, m.next_attempt_at, exp.claimed_at
+	RETURNING m.id, m.tenant, exp.attempts, m.status, m.next_attempt_at, exp.claimed_at
 ), att AS (
 	INSERT INTO {A} (message_id, tenant, number, outcome, error_code, error_message,
 		next_attempt_at, started_at, finished_at)
@@ -323,7 +329,7 @@ SELECT upd.* FROM upd CROSS JOIN woke`),
 	WHERE tenant = $1 AND id = $2 AND status = 'FAILED'
 	FOR UPDATE
 ), upd AS (
-	UPDATE {T} m SET status = 'PENDING', attempts = 0, next_attempt_at = $3, updated_at = $3,
+	UPDATE {T} m SET status = 'PENDING', attempts = 0, recoveries = 0, next_attempt_at = $3, updated_at = $3,
 		claimed_at = NULL, claimed_by = NULL, provider_message_id = NULL, blocks_group = false,
 		sent_at = NULL, delivered_at = NULL, read_at = NULL,
 		sent_response = NULL, sent_started_at = NULL, sent_finished_at = NULL

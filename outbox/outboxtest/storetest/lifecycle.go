@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -248,16 +249,16 @@ func testRecover[TTx any](t *testing.T, h Harness[TTx]) {
 			t.Fatalf("MessageRecover: %+v, want 1 recovered", res)
 		}
 		got := e.wantStatus("", ms[0].ID, outbox.StatusPending)
-		if got.ClaimedBy != "" || got.Attempts != 1 {
-			t.Fatalf("recovered message: %+v; want no lease and the attempt still counted", got)
+		if got.ClaimedBy != "" || got.Attempts != 0 {
+			t.Fatalf("recovered message: %+v; want no lease and the lost attempt not counted", got)
 		}
 		if got := e.wantStatus("", other[0].ID, outbox.StatusProcessing); got.ClaimedBy != "live-processor" {
 			t.Fatalf("a live lease was touched: %+v", got)
 		}
 		c := e.claim("p", 10, e.at(15*time.Minute))
 		wantIDs(t, "claim after recovery", c, ms[0])
-		if c[0].Attempts != 2 {
-			t.Fatalf("attempts %d, want 2", c[0].Attempts)
+		if c[0].Attempts != 1 {
+			t.Fatalf("attempts %d, want 1 (the recovered claim is not counted)", c[0].Attempts)
 		}
 		res, err = e.s.MessageRecover(e.ctx, outbox.MessageRecoverParams{ClaimedBefore: e.at(5 * time.Minute), Now: e.at(15 * time.Minute), MaxAttempts: 5})
 		if err != nil || res.Recovered != 0 || res.DeadLettered != 0 {
@@ -265,29 +266,60 @@ func testRecover[TTx any](t *testing.T, h Harness[TTx]) {
 		}
 	})
 
-	t.Run("ExhaustedAttemptsDeadLetter", func(t *testing.T) {
+	t.Run("RecoveriesBoundedThenDeadLetter", func(t *testing.T) {
 		need(t, h, CapAttemptHistory)
 		e := setup(t, h)
 		own := msg("t", "", 1)
-		own.MaxAttempts = 1
-		ms := e.enqueue(own, msg("t", "", 2), msg("t", "", 3))
-		withDefault := ms[1]
-		e.claim("p", 3, e.t0)
-		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeRetry, ID: ms[2].ID, Attempt: 1, NextAttemptAt: e.t0, Error: &outbox.ErrorInfo{Code: "x"}}}})
-		e.claim("p", 3, e.t0) // ms[2], attempt 2
-		// ms[0] used its own 1 attempt; ms[1] has 1 of the default 2; ms[2] 2 of 2.
-		res, err := e.s.MessageRecover(e.ctx, outbox.MessageRecoverParams{ClaimedBefore: e.at(time.Minute), Now: e.at(time.Minute), MaxAttempts: 2})
-		require.NoError(t, err)
-		if res.Recovered != 1 || res.DeadLettered != 2 {
-			t.Fatalf("MessageRecover: %+v, want 1 recovered and 2 dead-lettered", res)
+		own.MaxAttempts = 1 // recoveries do not use it up
+		ms := e.enqueue(own, msg("t", "", 2))
+		// ms[1] has one real (retried) attempt before its leases are lost.
+		c := e.claim("p", 2, e.t0)
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{
+			{Kind: outbox.OutcomeRetry, ID: c[1].ID, Attempt: 1, NextAttemptAt: e.t0, Error: &outbox.ErrorInfo{Code: "x"}},
+			{Kind: outbox.OutcomeReleased, ID: c[0].ID, Attempt: 1},
+		}})
+		const maxRecoveries = 3
+		now := e.t0
+		for round := 1; round <= maxRecoveries; round++ {
+			// A processor claims and dies, again and again (a message that
+			// crashes its processors).
+			c := e.claim(fmt.Sprintf("doomed-%d", round), 2, now)
+			wantIDs(t, fmt.Sprintf("claim %d", round), c, ms...)
+			if c[0].Attempts != 1 || c[1].Attempts != 2 {
+				t.Fatalf("claim %d: attempts %d and %d, want 1 and 2 (recoveries counted as attempts)", round, c[0].Attempts, c[1].Attempts)
+			}
+			now = now.Add(10 * time.Minute)
+			res, err := e.s.MessageRecover(e.ctx, outbox.MessageRecoverParams{ClaimedBefore: now.Add(-time.Minute), Now: now, MaxRecoveries: maxRecoveries})
+			require.NoError(t, err)
+			if round < maxRecoveries {
+				if res.Recovered != 2 || res.DeadLettered != 0 {
+					t.Fatalf("recovery %d: %+v, want 2 recovered", round, res)
+				}
+				for i, want := range []int{0, 1} {
+					if got := e.wantStatus("", ms[i].ID, outbox.StatusPending); got.Attempts != want {
+						t.Fatalf("recovery %d, message %d: attempts %d, want %d", round, i, got.Attempts, want)
+					}
+				}
+				continue
+			}
+			if res.Recovered != 0 || res.DeadLettered != 2 {
+				t.Fatalf("recovery %d: %+v, want 2 dead-lettered", round, res)
+			}
 		}
-		for _, id := range []string{ms[0].ID, ms[2].ID} {
-			got := e.wantStatus("", id, outbox.StatusFailed)
+		for _, m := range ms {
+			got := e.wantStatus("", m.ID, outbox.StatusFailed)
 			if got.LastError == nil || got.LastError.Code != "lease_expired" || got.ClaimedBy != "" {
 				t.Fatalf("dead-lettered by recovery: %+v (last error %+v); want code lease_expired", got, got.LastError)
 			}
 		}
-		e.wantStatus("", withDefault.ID, outbox.StatusPending)
+		// A requeue starts the count again.
+		_, err := e.s.MessageRequeue(e.ctx, outbox.MessageRequeueParams{ID: ms[0].ID, Now: now})
+		require.NoError(t, err)
+		e.claim("doomed-again", 1, now)
+		now = now.Add(10 * time.Minute)
+		if res, err := e.s.MessageRecover(e.ctx, outbox.MessageRecoverParams{ClaimedBefore: now.Add(-time.Minute), Now: now, MaxRecoveries: maxRecoveries}); err != nil || res.Recovered != 1 {
+			t.Fatalf("recovery after a requeue: %+v, %v; want 1 recovered", res, err)
+		}
 	})
 }
 

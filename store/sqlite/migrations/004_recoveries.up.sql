@@ -1,0 +1,6 @@
+-- Lease recovery no longer counts an attempt (the processor that held the
+-- message may never have published it); it counts recoveries instead, and
+-- dead-letters a message once they reach the processor's MaxRecoveries (a
+-- message that makes its processors crash).
+ALTER TABLE {{prefix}}messages
+    ADD COLUMN recoveries INTEGER NOT NULL DEFAULT 0;
