@@ -55,9 +55,11 @@
 // Config.MaxConcurrentGroups groups at once, keeps FIFO per group across
 // processors and retries, retries retryable failures after 1, 5, 15, 60 and
 // 360 minutes (a publisher's retry-after wins), dead-letters after
-// Config.MaxAttempts (6) attempts or at once on a permanent error, recovers
-// messages whose processor died (after Config.ProcessingTimeout), and shuts
-// down cleanly when ctx is cancelled. Every default is documented on Config.
+// Config.MaxAttempts (6) attempts or at once on a permanent error, renews
+// the leases of what it holds (on a store that is a LeaseExtender), recovers
+// messages whose processor died (after Config.ProcessingTimeout; a lost
+// lease does not count as an attempt, and Config.MaxRecoveries (5) of them
+// dead-letter a message), and shuts down cleanly when ctx is cancelled. Every default is documented on Config.
 //
 // A dead letter lets its group move on by default; Config.DeadLetter can
 // make it hold its group instead (DeadLetterBlock, per topic) until it is

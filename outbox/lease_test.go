@@ -3,6 +3,8 @@ package outbox_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -119,5 +121,74 @@ func TestProcessorWarnsWhenTheStoreCannotExtendLeases(t *testing.T) {
 		if got := strings.Contains(logs.String(), "cannot extend leases"); got != tc.warn {
 			t.Fatalf("%s: warned %v, want %v; logs:\n%s", tc.name, got, tc.warn, logs.String())
 		}
+	}
+}
+
+func TestProcessorRecoveryDoesNotUseUpAttemptsButBoundsRecoveries(t *testing.T) {
+	t.Parallel()
+	st := newStore(t)
+	ob := outbox.New[*sql.Tx](st, outbox.Options{})
+	// One attempt only: a recovery that counted it would dead-letter the
+	// message unpublished.
+	res, err := ob.Enqueue(context.Background(), outbox.Message{Topic: "t", Payload: []byte(`1`), MaxAttempts: 1},
+		outbox.Message{Topic: "poison", Payload: []byte(`2`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, poison := res[0].Message.ID, res[1].Message.ID
+	waitStatus := func(id string, want outbox.Status) outbox.Message {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			m, err := st.MessageGet(context.Background(), outbox.MessageGetParams{ID: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Status == want {
+				return m
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("message %s: %s after 30 s, want %s", id, m.Status, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	claimAs := func(owner, topic string) {
+		t.Helper()
+		c, err := st.MessageClaim(context.Background(), outbox.MessageClaimParams{Limit: 1, Topics: []string{topic}, Owner: owner, Now: time.Now()})
+		if err != nil || len(c) != 1 {
+			t.Fatalf("claim by %s: %d messages, %v", owner, len(c), err)
+		}
+	}
+	// A processor that crashed holding the message.
+	claimAs("crashed", "t")
+	rec := &outboxtest.Recorder{}
+	const maxRecoveries = 3
+	p, err := outbox.NewProcessor(st, rec, outbox.Config{Topics: []string{"t"}, PollInterval: 10 * time.Millisecond,
+		ProcessingTimeout: 200 * time.Millisecond, RecoveryInterval: 20 * time.Millisecond, MaxRecoveries: maxRecoveries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, p)
+	if m := waitStatus(id, outbox.StatusSent); m.Attempts != 1 {
+		t.Fatalf("recovered and sent with %d attempts, want 1", m.Attempts)
+	}
+	if got := rec.Sent(); len(got) != 1 || got[0] != id {
+		t.Fatalf("published %v, want [%s] once", got, id)
+	}
+	// A message that kills every processor that takes it (here: claimed
+	// and abandoned again and again; this processor only recovers it).
+	for i := 1; i <= maxRecoveries; i++ {
+		claimAs(fmt.Sprintf("killed-%d", i), "poison")
+		if i < maxRecoveries {
+			waitStatus(poison, outbox.StatusPending)
+		}
+	}
+	m := waitStatus(poison, outbox.StatusFailed)
+	if m.LastError == nil || m.LastError.Code != "lease_expired" {
+		t.Fatalf("dead-lettered poison message: last error %+v, want lease_expired", m.LastError)
+	}
+	if err, _ := stop(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -394,18 +394,20 @@ func finishSQL(mask int) string {
 		ctes = append(ctes, `s_up AS (
 	UPDATE {T} m SET status = 'SENT', provider_message_id = x.pmid,
 		sent_at = coalesce(m.sent_at, $1), updated_at = $1, claimed_at = NULL, claimed_by = NULL,
-		sent_response = CASE WHEN x.attempt = 1 THEN x.resp::json END,
-		sent_started_at = CASE WHEN x.attempt = 1 THEN x.started END,
-		sent_finished_at = CASE WHEN x.attempt = 1 THEN $1 END
+		sent_response = CASE WHEN x.attempt = 1 AND m.recoveries = 0 THEN x.resp::json END,
+		sent_started_at = CASE WHEN x.attempt = 1 AND m.recoveries = 0 THEN x.started END,
+		sent_finished_at = CASE WHEN x.attempt = 1 AND m.recoveries = 0 THEN $1 END
 	FROM unnest(`+arg("text[]")+`, `+arg("int4[]")+`, `+arg("text[]")+`, `+arg("text[]")+`, `+arg("timestamptz[]")+`)
 		AS x(id, attempt, pmid, resp, started)
 	WHERE m.id = x.id AND `+fence+`
 	RETURNING m.id, m.tenant, x.attempt, 'SUCCEEDED'::text AS outcome, NULL::text AS code, NULL::text AS msg,
-		x.resp, NULL::timestamptz AS next, x.started
+		x.resp, NULL::timestamptz AS next, x.started, (x.attempt = 1 AND m.recoveries = 0) AS kept
 )`)
-		// A first-attempt success stays on the message row (sent_response,
+		// A success at the first attempt with no history (no lost lease
+		// recorded before it) stays on the message row (sent_response,
 		// sent_started_at): no attempts row on the common path.
-		attempts, applied = append(attempts, "SELECT * FROM s_up WHERE attempt > 1"), append(applied, "SELECT id FROM s_up")
+		attempts = append(attempts, "SELECT id, tenant, attempt, outcome, code, msg, resp, next, started FROM s_up WHERE NOT kept")
+		applied = append(applied, "SELECT id FROM s_up")
 	}
 	if mask&finishRetry != 0 {
 		ctes = append(ctes, `r_up AS (

@@ -172,19 +172,19 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		}
 		for i, m := range fresh {
 			got := e.wantStatus("", m.ID, outbox.StatusProcessing)
-			if got.ClaimedBy != "new" || got.Attempts != 2 || got.ProviderMessageID != "" {
+			if got.ClaimedBy != "new" || got.Attempts != 1 || got.ProviderMessageID != "" {
 				t.Fatalf("message %d after a stale outcome: %+v", i, got)
 			}
 		}
-		if got := e.wantStatus("", ms[2].ID, outbox.StatusPending); got.Attempts != 1 {
-			t.Fatalf("a stale release changed attempts to %d", got.Attempts)
+		if got := e.wantStatus("", ms[2].ID, outbox.StatusPending); got.Attempts != 0 {
+			t.Fatalf("a stale release changed attempts to %d (recovery left 0)", got.Attempts)
 		}
 		// Right owner, wrong attempt; and wrong owner, right attempt.
-		res = e.finish(outbox.MessageFinishParams{Owner: "new", Now: e.at(2 * time.Minute), Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: fresh[0].ID, Attempt: 1}}})
+		res = e.finish(outbox.MessageFinishParams{Owner: "new", Now: e.at(2 * time.Minute), Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: fresh[0].ID, Attempt: 2}}})
 		if len(res.LeaseLost) != 1 {
-			t.Fatalf("an outcome for attempt 1 of a message at attempt 2 was applied")
+			t.Fatalf("an outcome for attempt 2 of a message at attempt 1 was applied")
 		}
-		res = e.finish(outbox.MessageFinishParams{Owner: "old", Now: e.at(2 * time.Minute), Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: fresh[0].ID, Attempt: 2}}})
+		res = e.finish(outbox.MessageFinishParams{Owner: "old", Now: e.at(2 * time.Minute), Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: fresh[0].ID, Attempt: 1}}})
 		if len(res.LeaseLost) != 1 {
 			t.Fatalf("an outcome from another owner was applied")
 		}
@@ -263,6 +263,16 @@ func testRecover[TTx any](t *testing.T, h Harness[TTx]) {
 		res, err = e.s.MessageRecover(e.ctx, outbox.MessageRecoverParams{ClaimedBefore: e.at(5 * time.Minute), Now: e.at(15 * time.Minute), MaxAttempts: 5})
 		if err != nil || res.Recovered != 0 || res.DeadLettered != 0 {
 			t.Fatalf("second MessageRecover: %+v, %v; want nothing", res, err)
+		}
+		if h.lacks(CapAttemptHistory) {
+			return
+		}
+		// The history keeps the lost claim, then the success, in order.
+		e.sent("p", e.at(16*time.Minute), c[0])
+		as := e.attempts("", ms[0].ID)
+		if len(as) != 2 || as[0].Outcome != outbox.AttemptRetry || as[0].Error == nil || as[0].Error.Code != "lease_expired" ||
+			as[1].Outcome != outbox.AttemptSucceeded || as[0].Number != 1 || as[1].Number != 1 {
+			t.Fatalf("attempts after a recovery and a success: %+v; want the lost claim (1, lease_expired) then the success (1)", as)
 		}
 	})
 
