@@ -1,13 +1,19 @@
 // Command outboxbench measures store/postgres on this machine and prints
 // one table: enqueue throughput, drain throughput with FIFO checked,
+// continuous insert-and-work throughput with the backlog held steady,
 // enqueue-to-publish latency at a steady rate, peak RSS while draining a
 // large backlog, and pgbench's ceilings for the equivalent statements so
 // every figure can be read as a fraction of what PostgreSQL itself does
-// here.
+// here. PostgreSQL's CPU per message (from /proc, when the server is local)
+// is printed beside the drain and continuous figures. -stores adds the same
+// drain on store/mysql and store/sqlite.
 //
 //	go run ./internal/bench/outboxbench                 # full run (about 5 minutes)
 //	go run ./internal/bench/outboxbench -quick          # smaller sizes (about 1 minute)
 //	go run ./internal/bench/outboxbench -dsn postgres://user@host/db
+//	go run ./internal/bench/outboxbench -only drain -stores postgres,mysql,sqlite
+//	go run ./internal/bench/outboxbench -only continuous -procs 4
+//	go run ./internal/bench/outboxbench -only latency -rounds 5 -latency-rate 2000
 //
 // It works in fresh schemas (bench_*) that it drops at the end. pgbench must
 // be on PATH for the ceilings (Debian: postgresql-client).
@@ -52,6 +58,8 @@ type config struct {
 	drainGroups  int
 	latencyRate  int
 	latencyFor   time.Duration
+	contFor      time.Duration
+	backlog      int
 	rssN         int
 	pgbench      bool
 	pgbenchFor   time.Duration
@@ -74,7 +82,11 @@ func main() {
 	schema := flag.String("schema", "", "internal: schema for child modes")
 	flag.BoolVar(&noNotify, "no-notify", false, "stores run with Options.DisableNotify (polling only)")
 	flag.BoolVar(&asyncCommit, "async-commit", false, "stores run with Options.AsyncCommit")
-	only := flag.String("only", "", "comma-separated subset: enqueue,drain,latency,rss,pgbench")
+	only := flag.String("only", "", "comma-separated subset: enqueue,drain,continuous,latency,rss")
+	stores := flag.String("stores", "postgres", "comma-separated stores for the drain: postgres,mysql,sqlite (mysql: $OUTBOXKIT_MYSQL_DSN or root@tcp(127.0.0.1:3306)/test)")
+	latencyRate := flag.Int("latency-rate", 0, "messages per second offered in the latency rounds (default 500)")
+	contFor := flag.Duration("cont-for", 0, "measured window of the continuous run (default 30s, 5s with -quick)")
+	backlog := flag.Int("backlog", 10000, "backlog the continuous run holds")
 	nRounds := flag.Int("rounds", 0, "rounds per figure (default 3, 1 with -quick)")
 	drainN := flag.Int("drain-n", 0, "messages per drain (default 100,000, 20,000 with -quick)")
 	procs := flag.String("procs", "1,4", "comma-separated processor counts for the drain")
@@ -83,11 +95,19 @@ func main() {
 	log.SetPrefix("outboxbench: ")
 
 	c.enqueueFor, c.drainN, c.drainGroups = 10*time.Second, 100_000, 1000
-	c.latencyRate, c.latencyFor, c.rssN = 500, 20*time.Second, 1_000_000
+	c.latencyRate, c.latencyFor, c.rssN, c.contFor = 500, 20*time.Second, 1_000_000, 30*time.Second
 	c.pgbenchFor, c.clients, c.claimBatch, c.rounds = 10*time.Second, 8, 500, 3
 	if c.quick {
 		c.enqueueFor, c.drainN, c.latencyFor, c.rssN, c.pgbenchFor, c.rounds = 3*time.Second, 20_000, 5*time.Second, 100_000, 3*time.Second, 1
+		c.contFor = 5 * time.Second
 	}
+	if *latencyRate > 0 {
+		c.latencyRate = *latencyRate
+	}
+	if *contFor > 0 {
+		c.contFor = *contFor
+	}
+	c.backlog = *backlog
 
 	if *nRounds > 0 {
 		c.rounds = *nRounds
@@ -196,15 +216,29 @@ func main() {
 		rounds("enqueue, 100 messages per transaction (100 groups), 8 clients", func() (float64, string, error) { return benchEnqueue(ctx, c, pool, 100, 100) },
 			ceil(func() (float64, error) { return pg.insert(100, true) }), "msg/s", "", 0)
 	}
+	storeList := strings.Split(*stores, ",")
 	if want("drain") {
 		for _, procs := range procCounts {
-			target, minFrac := "", 0.0
-			if procs == 4 {
-				target, minFrac = ">= 50% of ceiling, FIFO held", 0.5
+			for _, st := range storeList {
+				name := fmt.Sprintf("drain %d messages (%d groups, ~200-byte payload), %d processor(s)", c.drainN, c.drainGroups, procs)
+				if st != "postgres" {
+					name = "store/" + st + ": " + name
+					rounds(name, func() (float64, string, error) { return benchDrainSQL(ctx, c, st, procs) }, nil, "msg/s", "", 0)
+					continue
+				}
+				target, minFrac := "", 0.0
+				if procs == 4 {
+					target, minFrac = ">= 50% of ceiling, FIFO held", 0.5
+				}
+				rounds(name, func() (float64, string, error) { return benchDrain(ctx, c, pool, procs) },
+					ceil(func() (float64, error) { return pg.claim(procs) }), "msg/s", target, minFrac)
 			}
-			rounds(fmt.Sprintf("drain %d messages (%d groups, ~200-byte payload), %d processor(s)", c.drainN, c.drainGroups, procs),
-				func() (float64, string, error) { return benchDrain(ctx, c, pool, procs) },
-				ceil(func() (float64, error) { return pg.claim(procs) }), "msg/s", target, minFrac)
+		}
+	}
+	if want("continuous") {
+		for _, procs := range procCounts {
+			rounds(fmt.Sprintf("continuous insert + work for %s, backlog held near %d, %d processor(s)", c.contFor, c.backlog, procs),
+				func() (float64, string, error) { return benchContinuous(ctx, c, pool, procs, c.backlog) }, nil, "worked/s", "", 0)
 		}
 	}
 	if want("latency") {
@@ -245,7 +279,7 @@ func main() {
 		add(r)
 	}
 	fmt.Printf("\n## store/postgres: %d CPUs, PostgreSQL %s, %s, notify %v, async commit %v, median of %d rounds\n\n", runtime.NumCPU(), version, runtime.Version(), !noNotify, asyncCommit, c.rounds)
-	fmt.Println("| measurement | store/postgres | pgbench ceiling | fraction | target | met |")
+	fmt.Println("| measurement | figure | pgbench ceiling | fraction | target | met |")
 	fmt.Println("|---|---|---|---|---|---|")
 	for _, r := range rows {
 		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", r.name, r.value, dash(r.ceiling), dash(r.frac), dash(r.target), dash(r.met))
@@ -553,14 +587,7 @@ func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) (f
 	if err != nil {
 		return 0, "", err
 	}
-	fifo := "yes"
-	if pub.violated.Load() > 0 {
-		fifo = fmt.Sprintf("NO (%d out of order)", pub.violated.Load())
-	}
-	if cnt[outbox.StatusSent] != int64(c.drainN) {
-		fifo += fmt.Sprintf("; %d SENT of %d", cnt[outbox.StatusSent], c.drainN)
-	}
-	return float64(c.drainN) / elapsed.Seconds(), fmt.Sprintf("FIFO held: %s, duplicates: %d%s", fifo, pub.dup.Load(), cpuNote), nil
+	return float64(c.drainN) / elapsed.Seconds(), drainNote(pub, cnt, c.drainN, cpuNote), nil
 }
 
 func benchLatency(ctx context.Context, c config, pool *pgxpool.Pool) (row, error) {

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	mrand "math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/outbox"
+	"github.com/outboxkit/outboxkit/store/postgres"
+)
+
+// benchContinuous inserts and works at once: 4 producers enqueue 100
+// messages per transaction (over the drain's groups) whenever the backlog
+// (enqueued, not yet published) is below backlog, while procs processors
+// work, for c.contFor after a warm-up of a fifth of it. The figure is
+// worked (published) messages per second over that window; the note gives
+// the backlog's range, FIFO, duplicates and PostgreSQL CPU per worked
+// message. The table starts with backlog messages, analysed.
+func benchContinuous(ctx context.Context, c config, pool *pgxpool.Pool, procs, backlog int) (float64, string, error) {
+	s, cleanup, err := fresh(ctx, pool, postgres.Options{})
+	if err != nil {
+		return 0, "", err
+	}
+	defer cleanup()
+	if err := bulkEnqueue(ctx, s, backlog, c.drainGroups); err != nil {
+		return 0, "", err
+	}
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+s.MessagesTable()); err != nil {
+		return 0, "", err
+	}
+	var enqueued atomic.Int64
+	enqueued.Store(int64(backlog))
+	pub := newFIFO()
+	stop := runProcessors(ctx, c.dsn, s, pub, procs, outbox.Config{PollBatchSize: c.claimBatch, BufferSize: 2 * c.claimBatch, MaxConcurrentGroups: 10, PollInterval: 100 * time.Millisecond})
+	pctx, cancel := context.WithCancel(ctx)
+	ob := outbox.New[pgx.Tx](s, outbox.Options{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := mrand.New(mrand.NewPCG(uint64(w), 2))
+			msgs := make([]outbox.Message, 100)
+			for i := 0; pctx.Err() == nil; i++ {
+				if enqueued.Load()-pub.n.Load() >= int64(backlog) {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				for j := range msgs {
+					g := fmt.Sprintf("group-%04d", rng.IntN(c.drainGroups))
+					msgs[j] = outbox.Message{Topic: "bench", Group: g, Payload: payload(g, i)}
+				}
+				if _, err := ob.Enqueue(pctx, msgs...); err != nil {
+					if pctx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				enqueued.Add(int64(len(msgs)))
+			}
+		}()
+	}
+	time.Sleep(c.contFor / 5)
+	n0, e0 := pub.n.Load(), enqueued.Load()
+	cpu0, local := pgCPU(c.dsn)
+	start := time.Now()
+	lo, hi := int64(-1), int64(0)
+	for time.Since(start) < c.contFor {
+		time.Sleep(100 * time.Millisecond)
+		b := enqueued.Load() - pub.n.Load()
+		if lo < 0 || b < lo {
+			lo = b
+		}
+		hi = max(hi, b)
+	}
+	elapsed := time.Since(start)
+	n1, e1 := pub.n.Load(), enqueued.Load()
+	cpu1, _ := pgCPU(c.dsn)
+	cancel()
+	wg.Wait()
+	close(errs)
+	if err := stop(); err != nil {
+		return 0, "", err
+	}
+	if err := <-errs; err != nil {
+		return 0, "", err
+	}
+	worked := n1 - n0
+	note := fmt.Sprintf("enqueued %.0f msg/s, backlog %d-%d", float64(e1-e0)/elapsed.Seconds(), lo, hi)
+	if pub.violated.Load() > 0 {
+		note += fmt.Sprintf(", FIFO held: NO (%d out of order)", pub.violated.Load())
+	} else {
+		note += ", FIFO held: yes"
+	}
+	note += fmt.Sprintf(", duplicates: %d", pub.dup.Load())
+	if local && worked > 0 {
+		note += fmt.Sprintf(", PostgreSQL CPU %.0f µs/msg", float64((cpu1-cpu0).Microseconds())/float64(worked))
+	}
+	return float64(worked) / elapsed.Seconds(), note, nil
+}
