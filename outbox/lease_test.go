@@ -165,7 +165,7 @@ func TestProcessorRecoveryDoesNotUseUpAttemptsButBoundsRecoveries(t *testing.T) 
 	rec := &outboxtest.Recorder{}
 	const maxRecoveries = 3
 	p, err := outbox.NewProcessor(st, rec, outbox.Config{Topics: []string{"t"}, PollInterval: 10 * time.Millisecond,
-		ProcessingTimeout: 200 * time.Millisecond, RecoveryInterval: 20 * time.Millisecond, MaxRecoveries: maxRecoveries})
+		ProcessingTimeout: time.Second, RecoveryInterval: 20 * time.Millisecond, MaxRecoveries: maxRecoveries})
 	if err != nil {
 		t.Fatal(err)
 	}
