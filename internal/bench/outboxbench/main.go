@@ -567,6 +567,11 @@ func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) (f
 	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+s.MessagesTable()); err != nil {
 		return 0, "", err
 	}
+	settle()
+	work0, err := schemaWork(ctx, pool, s.Schema())
+	if err != nil {
+		return 0, "", err
+	}
 	pub := newFIFO()
 	cpu0, local := pgCPU(c.dsn)
 	start := time.Now()
@@ -583,6 +588,12 @@ func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) (f
 	if local {
 		cpuNote = fmt.Sprintf(", PostgreSQL CPU %.0f µs/msg", float64((cpu1-cpu0).Microseconds())/float64(c.drainN))
 	}
+	settle() // the processors' backends exited: their statistics are in
+	work1, err := schemaWork(ctx, pool, s.Schema())
+	if err != nil {
+		return 0, "", err
+	}
+	cpuNote += ", " + work1.perMessage(work0, c.drainN)
 	cnt, err := s.MessageCount(ctx, outbox.MessageCountParams{AllTenants: true})
 	if err != nil {
 		return 0, "", err
