@@ -52,8 +52,16 @@ func TestContentTypeMigration(t *testing.T) {
 	if err := st.MigrateTo(ctx, 4); err == nil || !strings.Contains(err.Error(), "non_json_payloads") {
 		t.Fatalf("MigrateTo(4) with a binary payload stored: %v; want a refusal naming non-JSON payloads", err)
 	}
-	if v, _ := st.SchemaVersion(ctx); v != len(st.Migrations()) {
-		t.Fatalf("a refused migration left version %d", v)
+	// MySQL runs the down migrations one by one: those above the
+	// content-type one are undone, the content-type one is refused.
+	ctVersion := 0
+	for _, m := range st.Migrations() {
+		if strings.Contains(m.Name, "content_type") {
+			ctVersion = m.Version
+		}
+	}
+	if v, _ := st.SchemaVersion(ctx); v != ctVersion || v == 0 {
+		t.Fatalf("a refused migration left version %d, want %d (the content-type migration)", v, ctVersion)
 	}
 	if got, err := st.MessageGet(ctx, outbox.MessageGetParams{ID: res[0].Message.ID}); err != nil || !bytes.Equal(got.Payload, bin) {
 		t.Fatalf("the binary message after a refused down migration: %q, %v", got.Payload, err)

@@ -70,7 +70,10 @@ func TestContentTypeMigration(t *testing.T) {
 	if err := s.MigrateTo(ctx, 5); err == nil || !strings.Contains(err.Error(), "non-JSON payloads") {
 		t.Fatalf("MigrateTo(5) with a binary payload stored: %v; want a refusal naming non-JSON payloads", err)
 	}
-	if v, _ := s.SchemaVersion(ctx); v != 6 {
+	// The down migrations run in one transaction: the refusal leaves the
+	// newest version.
+	migs := s.Migrations()
+	if v, _ := s.SchemaVersion(ctx); v != migs[len(migs)-1].Version {
 		t.Fatalf("a refused migration left version %d", v)
 	}
 	if _, err := pg.Pool.Exec(ctx, `DELETE FROM `+schema+`.outbox_messages WHERE id = $1`, res[0].Message.ID); err != nil {
