@@ -14,7 +14,9 @@ import (
 	"github.com/outboxkit/outboxkit/flowcatalyst"
 	"github.com/outboxkit/outboxkit/flowcatalyst/flowcatalysttest"
 	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore"
+	"github.com/outboxkit/outboxkit/internal/testbackend"
 	"github.com/outboxkit/outboxkit/outbox"
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // BenchmarkThroughput measures the processor end to end on PostgreSQL:
@@ -64,6 +66,19 @@ SELECT 'R' || i, 'EVENT', 'group-' || (i % $1), '{"type":"order.created","source
 	now() - interval '1 hour' + i * interval '1 millisecond'
 FROM generate_series(1, $2) AS i`, groups, rows)
 	}
+	left := func() int {
+		var left int
+		if err := bd.db.QueryRow(`SELECT count(*) FROM ` + bd.table("EVENT") + ` WHERE status <> 'COMPLETED'`).Scan(&left); err != nil {
+			b.Fatal(err)
+		}
+		return left
+	}
+	return runThroughput(b, bd.store, failPct, rows, left)
+}
+
+// runThroughput runs one processor over st until left reports 0 and
+// returns rows/s.
+func runThroughput(b *testing.B, st *seedstore.Store, failPct, rows int, left func() int) float64 {
 	srv := flowcatalysttest.NewServer()
 	defer srv.Close()
 	var n atomic.Int64
@@ -82,7 +97,7 @@ FROM generate_series(1, $2) AS i`, groups, rows)
 		ProcessingTimeout: 5 * time.Minute, RecoveryInterval: time.Minute, DrainTimeout: 5 * time.Second,
 		MaxAttempts: 20, Backoff: outbox.Backoff{Schedule: []time.Duration{10 * time.Millisecond}},
 	}
-	ts := &timedStore{Store: bd.store}
+	ts := &timedStore{Store: st}
 	p, err := outbox.NewProcessor(ts, pub, cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -93,15 +108,12 @@ FROM generate_series(1, $2) AS i`, groups, rows)
 	go func() { done <- p.Run(ctx) }()
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		var left int
-		if err := bd.db.QueryRow(`SELECT count(*) FROM ` + bd.table("EVENT") + ` WHERE status <> 'COMPLETED'`).Scan(&left); err != nil {
-			b.Fatal(err)
-		}
-		if left == 0 {
+		remaining := left()
+		if remaining == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("%d rows not COMPLETED after 5 minutes", left)
+			b.Fatalf("%d rows not COMPLETED after 5 minutes", remaining)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -111,7 +123,7 @@ FROM generate_series(1, $2) AS i`, groups, rows)
 	b.ReportMetric(float64(ts.claimNs.Load())/1e6/float64(max(ts.claims.Load(), 1)), "ms/claim")
 	b.ReportMetric(float64(ts.claims.Load()), "claims")
 	b.ReportMetric(float64(ts.finishNs.Load())/1e6/float64(max(ts.finishes.Load(), 1)), "ms/finish")
-	return rows / elapsed.Seconds()
+	return float64(rows) / elapsed.Seconds()
 }
 
 // timedStore adds up the time spent claiming and finishing.
@@ -169,5 +181,53 @@ func BenchmarkFakeServerCapacity(b *testing.B) {
 		}
 		wg.Wait()
 		b.ReportMetric(float64(total*100)/time.Since(start).Seconds(), "items/s")
+	}
+}
+
+// BenchmarkThroughputMongo is BenchmarkThroughput on seed 004's collections
+// in the test MongoDB server (FerretDB here): 10,000 documents in 100
+// groups written by plain insertMany, the same processor settings and fake
+// server.
+//
+//	go test -run '^$' -bench ThroughputMongo -benchtime 1x ./flowcatalyst/seedstore/
+func BenchmarkThroughputMongo(b *testing.B) {
+	for _, failPct := range []int{0, 20} {
+		b.Run(fmt.Sprintf("db=MongoDB/503s=%d%%", failPct), func(b *testing.B) {
+			for range b.N {
+				m := testbackend.Mongo(b)
+				st, err := seedstore.NewMongo(m.DB, seedstore.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				if err := st.CreateTables(ctx); err != nil {
+					b.Fatal(err)
+				}
+				coll := m.DB.Collection(seedstore.DefaultEventsTable)
+				const rows, groups = 10000, 100
+				t0 := time.Now().Add(-time.Hour)
+				for from := 1; from <= rows; from += 1000 {
+					var docs []any
+					for i := from; i < from+1000 && i <= rows; i++ {
+						docs = append(docs, bson.D{{Key: "_id", Value: fmt.Sprintf("R%06d", i)}, {Key: "type", Value: "EVENT"},
+							{Key: "messageGroup", Value: fmt.Sprint("group-", i%groups)},
+							{Key: "payload", Value: fmt.Sprintf(`{"type":"order.created","source":"bench","data":{"n":%d}}`, i)},
+							{Key: "status", Value: "PENDING"}, {Key: "retryCount", Value: 0},
+							{Key: "createdAt", Value: t0.Add(time.Duration(i) * time.Millisecond)}})
+					}
+					if _, err := coll.InsertMany(ctx, docs); err != nil {
+						b.Fatal(err)
+					}
+				}
+				left := func() int {
+					n, err := coll.CountDocuments(ctx, bson.D{{Key: "status", Value: bson.D{{Key: "$ne", Value: "COMPLETED"}}}})
+					if err != nil {
+						b.Fatal(err)
+					}
+					return int(n)
+				}
+				b.ReportMetric(runThroughput(b, st, failPct, rows, left), "rows/s")
+			}
+		})
 	}
 }
