@@ -242,7 +242,7 @@ func TestEndToEndIDsSharedAcrossTables(t *testing.T) {
 	testIDsSharedAcrossTables(t, setupE2E(t))
 }
 
-func testIDsSharedAcrossTables(t *testing.T, e *e2e) {
+func testIDsSharedAcrossTables(t *testing.T, e *e2e, extra ...string) {
 	e.srv.OnRequest(func(r *flowcatalysttest.Request) *flowcatalysttest.Response {
 		if r.Path == flowcatalyst.CurrentAPI.EventsPath {
 			return &flowcatalysttest.Response{Status: 503, Body: []byte(`{"error":"events down"}`)}
@@ -251,7 +251,7 @@ func testIDsSharedAcrossTables(t *testing.T, e *e2e) {
 	})
 	e.insert(t, "EVENT", "P", 4, 20)
 	e.insert(t, "DISPATCH_JOB", "P", 4, 20)
-	cmd, logs := e.start(t, "-api-batch-size", "5")
+	cmd, logs := e.start(t, append([]string{"-api-batch-size", "5"}, extra...)...)
 	waitLong(t, "every row finished", func() bool {
 		return e.count(t, "EVENT", "FAILED") == 20 && e.count(t, "DISPATCH_JOB", "COMPLETED") == 20
 	})
