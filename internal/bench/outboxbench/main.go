@@ -82,6 +82,7 @@ func main() {
 	schema := flag.String("schema", "", "internal: schema for child modes")
 	flag.BoolVar(&noNotify, "no-notify", false, "stores run with Options.DisableNotify (polling only)")
 	flag.BoolVar(&asyncCommit, "async-commit", false, "stores run with Options.AsyncCommit")
+	flag.BoolVar(&workDetail, "work-detail", false, "after each PostgreSQL drain, print the buffer accesses per message of each table and index")
 	only := flag.String("only", "", "comma-separated subset: enqueue,drain,continuous,latency,rss")
 	stores := flag.String("stores", "postgres", "comma-separated stores for the drain: postgres,mysql,sqlite (mysql: $OUTBOXKIT_MYSQL_DSN or root@tcp(127.0.0.1:3306)/test)")
 	latencyRate := flag.Int("latency-rate", 0, "messages per second offered in the latency rounds (default 500)")
@@ -327,15 +328,23 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-var noNotify, asyncCommit bool
+var noNotify, asyncCommit, workDetail bool
 
 func newPool(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
+	return newPoolNamed(ctx, dsn, maxConns, "outboxkit-bench")
+}
+
+// procApp is the application_name of the processors' connections: their
+// backends' CPU is measured apart from everything else on the server.
+const procApp = "outboxkit-bench-proc"
+
+func newPoolNamed(ctx context.Context, dsn string, maxConns int32, app string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("dsn: %w", err)
 	}
 	cfg.MaxConns = maxConns
-	cfg.ConnConfig.RuntimeParams["application_name"] = "outboxkit-bench"
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
 	p, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -517,7 +526,7 @@ func runProcessors(ctx context.Context, dsn string, s *postgres.Store, pub outbo
 		return func() error { return err }
 	}
 	for i := range n {
-		pool, err := newPool(ctx, dsn, 6)
+		pool, err := newPoolNamed(ctx, dsn, 6, procApp)
 		if err != nil {
 			return fail(err)
 		}
@@ -572,6 +581,10 @@ func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) (f
 	if err != nil {
 		return 0, "", err
 	}
+	rel0, err := relationWork(ctx, pool, s.Schema())
+	if err != nil {
+		return 0, "", err
+	}
 	pub := newFIFO()
 	cpu0, local := pgCPU(c.dsn)
 	start := time.Now()
@@ -581,12 +594,16 @@ func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) (f
 	}
 	elapsed := time.Since(start)
 	cpu1, _ := pgCPU(c.dsn)
+	own, ownOK := ownCPU(ctx, pool, procApp)
 	if err := stop(); err != nil {
 		return 0, "", err
 	}
 	cpuNote := ""
 	if local {
 		cpuNote = fmt.Sprintf(", PostgreSQL CPU %.0f µs/msg", float64((cpu1-cpu0).Microseconds())/float64(c.drainN))
+		if ownOK {
+			cpuNote += fmt.Sprintf(" (processors' own backends %.0f µs/msg)", float64(own.Microseconds())/float64(c.drainN))
+		}
 	}
 	settle() // the processors' backends exited: their statistics are in
 	work1, err := schemaWork(ctx, pool, s.Schema())
@@ -594,6 +611,11 @@ func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) (f
 		return 0, "", err
 	}
 	cpuNote += ", " + work1.perMessage(work0, c.drainN)
+	if workDetail {
+		if err := printRelationWork(ctx, pool, s.Schema(), rel0, c.drainN); err != nil {
+			return 0, "", err
+		}
+	}
 	cnt, err := s.MessageCount(ctx, outbox.MessageCountParams{AllTenants: true})
 	if err != nil {
 		return 0, "", err

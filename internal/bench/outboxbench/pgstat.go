@@ -3,6 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -39,4 +43,87 @@ func (b tableWork) perMessage(a tableWork, n int) string {
 	f := func(v int64) float64 { return float64(v) / float64(n) }
 	return fmt.Sprintf("%.1f buffer accesses, %.2f row inserts, %.2f updates (%.2f HOT) per msg",
 		f(b.buffers-a.buffers), f(b.inserts-a.inserts), f(b.updates-a.updates), f(b.hotUpdates-a.hotUpdates))
+}
+
+// relationWork reads the shared-buffer accesses of each table (its heap)
+// and each index of schema.
+func relationWork(ctx context.Context, pool *pgxpool.Pool, schema string) (map[string]int64, error) {
+	rows, err := pool.Query(ctx, `SELECT relname || ' (heap)', coalesce(heap_blks_read, 0) + coalesce(heap_blks_hit, 0)
+FROM pg_statio_user_tables WHERE schemaname = $1
+UNION ALL
+SELECT indexrelname, coalesce(idx_blks_read, 0) + coalesce(idx_blks_hit, 0)
+FROM pg_statio_user_indexes WHERE schemaname = $1`, schema)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	w := map[string]int64{}
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			return nil, err
+		}
+		w[name] = n
+	}
+	return w, rows.Err()
+}
+
+// printRelationWork prints, per message, the buffer accesses of each
+// relation of schema since before.
+func printRelationWork(ctx context.Context, pool *pgxpool.Pool, schema string, before map[string]int64, n int) error {
+	after, err := relationWork(ctx, pool, schema)
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(after))
+	for k := range after {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if d := after[k] - before[k]; d > 0 {
+			fmt.Printf("    %-40s %6.2f buffer accesses per msg\n", k, float64(d)/float64(n))
+		}
+	}
+	return nil
+}
+
+// ownCPU returns the CPU time (user + system) so far of the backends whose
+// application_name is app, from /proc: load-independent-ish, it does not
+// count other clients of the server. False when none is visible.
+func ownCPU(ctx context.Context, pool *pgxpool.Pool, app string) (time.Duration, bool) {
+	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	if err != nil {
+		return 0, false
+	}
+	defer rows.Close()
+	var ticks int64
+	found := false
+	for rows.Next() {
+		var pid int
+		if rows.Scan(&pid) != nil {
+			return 0, false
+		}
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		closing := strings.LastIndexByte(s, ')')
+		if closing < 0 {
+			continue
+		}
+		f := strings.Fields(s[closing+1:])
+		if len(f) < 13 {
+			continue
+		}
+		for _, v := range f[11:13] { // utime, stime
+			n, _ := strconv.ParseInt(v, 10, 64)
+			ticks += n
+		}
+		found = true
+	}
+	const hz = 100 // USER_HZ on Linux
+	return time.Duration(ticks) * time.Second / hz, found && rows.Err() == nil
 }
