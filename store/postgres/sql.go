@@ -108,10 +108,10 @@ SELECT ins.id, ins.seq FROM ins` + notifyJoin)
 	claimTail := func(topicFilter string) string {
 		return `
 runs AS MATERIALIZED (
-	SELECT r.id, r.pos, h.seq AS rank_seq, r.seq
+	SELECT r.id, r.pos, h.seq AS rank_seq, r.seq, r.tid
 	FROM heads h CROSS JOIN LATERAL (
-		SELECT x.id, x.seq, x.pos FROM (
-			SELECT m.id, m.seq,
+		SELECT x.id, x.seq, x.pos, x.tid FROM (
+			SELECT m.id, m.seq, m.ctid AS tid,
 				row_number() OVER (ORDER BY m.seq) AS pos,
 				bool_and(m.status = 'PENDING' AND m.next_attempt_at <= $1) OVER (ORDER BY m.seq) AS ok
 			FROM {T} m
@@ -124,31 +124,37 @@ runs AS MATERIALIZED (
 	) r
 	LIMIT $3
 ), free AS MATERIALIZED (
-	SELECT id, 1::bigint AS pos, seq AS rank_seq, seq FROM {T}
+	SELECT id, 1::bigint AS pos, seq AS rank_seq, seq, ctid AS tid FROM {T}
 	WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= $1` + topicFilter + notPaused + `
 	ORDER BY next_attempt_at
 	LIMIT $3
 ), cand AS MATERIALIZED (
-	SELECT c.id, c.pos FROM (SELECT * FROM runs UNION ALL SELECT * FROM free) c
+	SELECT c.id, c.pos, c.tid FROM (SELECT * FROM runs UNION ALL SELECT * FROM free) c
 	ORDER BY c.rank_seq, c.seq
 	LIMIT $3
 ), locked AS MATERIALIZED (
-	SELECT m.id, m.tenant, m.topic, m.grp, m.seq, c.pos
-	FROM {T} m JOIN cand c ON c.id = m.id
-	WHERE m.status = 'PENDING' AND m.next_attempt_at <= $1
+	-- Rows are found by the tuple ID read above (no primary-key descent).
+	-- cur is the ID of the version locked: another one when the row was
+	-- changed since this statement's snapshot (FOR UPDATE then re-checks
+	-- the newest version); such a row is not claimed (valid), so the
+	-- version upd finds by its ID is the one locked.
+	SELECT m.id, m.tenant, m.topic, m.grp, m.seq, c.pos, c.tid, m.ctid AS cur
+	FROM cand c JOIN {T} m ON m.ctid = c.tid
+	WHERE m.id = c.id AND m.status = 'PENDING' AND m.next_attempt_at <= $1
 	FOR UPDATE OF m SKIP LOCKED
 ), valid AS (
-	SELECT v.id FROM (
-		SELECT l.id, l.grp, l.pos,
+	SELECT v.id, v.tid FROM (
+		SELECT l.id, l.grp, l.pos, l.tid,
 			row_number() OVER (PARTITION BY l.tenant, l.topic, l.grp ORDER BY l.seq) AS rk
 		FROM locked l
+		WHERE l.cur = l.tid
 	) v
 	WHERE v.grp = '' OR v.rk = v.pos
 ), upd AS (
 	UPDATE {T} m SET status = 'PROCESSING', attempts = m.attempts + 1,
 		claimed_at = $1, claimed_by = $2, updated_at = $1
 	FROM valid v
-	WHERE m.id = v.id AND m.status = 'PENDING'
+	WHERE m.ctid = v.tid AND m.id = v.id AND m.status = 'PENDING'
 	RETURNING {MCOLS}
 )`
 	}
@@ -158,7 +164,7 @@ runs AS MATERIALIZED (
 			tf = " AND topic = ANY($6::text[])"
 		}
 		return q(`WITH win AS MATERIALIZED (
-	SELECT id, tenant, topic, grp, seq, next_attempt_at FROM {T}
+	SELECT id, tenant, topic, grp, seq, next_attempt_at, ctid AS tid FROM {T}
 	WHERE status = 'PENDING' AND grp <> ''` + tf + notPaused + `
 	ORDER BY seq
 	LIMIT $4
@@ -169,8 +175,8 @@ runs AS MATERIALIZED (
 	-- that order, lazily: no ORDER BY, so only as many heads are checked
 	-- and locked as the runs need. (Which heads come first is fairness,
 	-- not correctness: valid below re-checks every run.)
-	SELECT m.tenant, m.topic, m.grp, m.seq FROM win w JOIN {T} m ON m.id = w.id
-	WHERE w.next_attempt_at <= $1
+	SELECT m.tenant, m.topic, m.grp, m.seq FROM win w JOIN {T} m ON m.ctid = w.tid
+	WHERE m.id = w.id AND w.next_attempt_at <= $1
 		-- w is its group's head: the first unfinished message of the
 		-- group, one descent of the group index (ordered by its whole key,
 		-- so no other plan is cheaper, with or without statistics).
