@@ -10,7 +10,11 @@
 //	})
 //	mux.Handle("/outbox/", http.StripPrefix("/outbox", h))
 //
-// The dashboard is at /outbox/. The API, under /outbox/api/:
+// The dashboard is at /outbox/: counts per topic, the dead letters (with
+// Requeue, Cancel and their attempt history), and which dead letters hold
+// their group under the block policy (outbox.DeadLetterBlock), with a
+// filter for them; cancelling one releases its group. The API, under
+// /outbox/api/:
 //
 //	GET    api/stats                       counts by status and oldest pending age per topic, pauses
 //	GET    api/messages?FILTER             messages of every tenant, paged (after_seq, limit)

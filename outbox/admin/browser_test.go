@@ -2,6 +2,9 @@ package admin_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -57,6 +60,10 @@ func TestDashboardInChromium(t *testing.T) {
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
 	defer cancelT()
+
+	// A dead letter that holds its group (tenant C, group g1) with the
+	// group's next message behind it.
+	holding, next := f.blockingDeadLetter("C", "orders", "g1")
 
 	stats, err := f.store.TopicStats(f.ctx, outbox.TopicStatsParams{})
 	if err != nil {
@@ -153,4 +160,84 @@ func TestDashboardInChromium(t *testing.T) {
 			t.Errorf("%s is %s: the click requeued more than its message", m.ID, st)
 		}
 	}
+
+	// The dead letter that holds its group: marked, counted, found by the
+	// filter, and a Cancel click releases its group.
+	holdsText := text(`#dead tr[data-id="` + holding.ID + `"] td.blocking`)
+	if holdsText != "holds g1" {
+		t.Errorf("the holding dead letter shows %q in its Holds group cell, want %q", holdsText, "holds g1")
+	}
+	if got := text(`#blocking-count`); got != "1 dead letter holds its group" {
+		t.Errorf("blocking count shows %q", got)
+	}
+	err = chromedp.Do(ctx,
+		chromedp.Click(css(`#only-blocking`)),
+		chromedp.WaitNotPresent(css(`#dead tr[data-id="`+f.dead[0].ID+`"]`)),
+	)
+	if err != nil {
+		t.Fatalf("chromium: filter: %v", err)
+	}
+	if rows := eval(`String(document.querySelectorAll("#dead tbody tr").length)`); rows != "1" {
+		t.Errorf("with the filter on the page lists %s dead letters, want the 1 that holds its group", rows)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.confirm = () => true; true`)); err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	err = chromedp.Do(ctx,
+		chromedp.Click(css(`button.cancel[data-id="`+holding.ID+`"]`)),
+		chromedp.WaitNotPresent(css(`#dead tr[data-id="`+holding.ID+`"]`)),
+	)
+	if err != nil {
+		t.Fatalf("chromium: cancel: %v", err)
+	}
+	if st := f.status("C", holding.ID); st != outbox.StatusCancelled {
+		t.Fatalf("after the Cancel click the store shows %s, want CANCELLED", st)
+	}
+	if got := text(`#blocking-count`); got != "no group is held" {
+		t.Errorf("after the cancel the blocking count shows %q", got)
+	}
+	// The group is released: its next message can be claimed.
+	claimed, err := f.store.MessageClaim(f.ctx, outbox.MessageClaimParams{Limit: 10, Owner: "after-cancel", Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotNext := false
+	for _, m := range claimed {
+		gotNext = gotNext || m.ID == next.ID
+	}
+	if !gotNext {
+		t.Errorf("after the cancel a claim got %d messages, none of them group g1's next message %s", len(claimed), next.ID)
+	}
+}
+
+// blockingDeadLetter dead-letters a new message of (tenant, topic, group)
+// under the block policy, then enqueues the group's next message, which
+// the dead letter holds back.
+func (f *fixture) blockingDeadLetter(tenant, topic, group string) (holding, next outbox.Message) {
+	f.t.Helper()
+	ob := outbox.New[*sql.Tx](f.store, outbox.Options{})
+	enq := func(n int) outbox.Message {
+		res, err := ob.Enqueue(f.ctx, outbox.Message{Tenant: tenant, Topic: topic, Group: group, Payload: json.RawMessage(fmt.Sprintf(`{"g":%d}`, n))})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		return res[0].Message
+	}
+	holding = enq(1)
+	claimed, err := f.store.MessageClaim(f.ctx, outbox.MessageClaimParams{Limit: 10, Owner: "blocker", Now: time.Now()})
+	if err != nil || len(claimed) != 1 || claimed[0].ID != holding.ID {
+		f.t.Fatalf("claim: %d, %v", len(claimed), err)
+	}
+	_, err = f.store.MessageFinish(f.ctx, outbox.MessageFinishParams{Owner: "blocker", Now: time.Now(), Outcomes: []outbox.Outcome{{
+		Kind: outbox.OutcomeDead, ID: holding.ID, Topic: topic, Attempt: claimed[0].Attempts, BlockGroup: true,
+		Error: &outbox.ErrorInfo{Code: "http_400", Message: "refused by the provider"}, StartedAt: time.Now(),
+	}}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	next = enq(2)
+	if again, err := f.store.MessageClaim(f.ctx, outbox.MessageClaimParams{Limit: 10, Owner: "blocker", Now: time.Now()}); err != nil || len(again) != 0 {
+		f.t.Fatalf("the held group's next message was claimed (%d, %v)", len(again), err)
+	}
+	return holding, next
 }

@@ -69,7 +69,9 @@
   }
 
   async function loadDead(append) {
-    const q = "messages?status=FAILED&limit=50" + (append && nextAfterSeq ? "&after_seq=" + nextAfterSeq : "");
+    const onlyBlocking = document.getElementById("only-blocking").checked;
+    const q = "messages?status=FAILED&limit=50" + (onlyBlocking ? "&blocks_group=true" : "") +
+      (append && nextAfterSeq ? "&after_seq=" + nextAfterSeq : "");
     const page = await api("GET", q);
     const body = document.querySelector("#dead tbody");
     const rows = page.messages.map((m) => {
@@ -77,11 +79,16 @@
       requeue.addEventListener("click", () => doRequeue(m, requeue));
       const show = el("button", { type: "button", class: "show", "data-id": m.id }, "Attempts");
       show.addEventListener("click", () => loadDetail(m));
+      // Cancelling a dead letter that holds its group releases the group
+      // without sending the message again.
+      const cancel = el("button", { type: "button", class: "cancel", "data-id": m.id }, "Cancel");
+      cancel.addEventListener("click", () => doCancel(m, cancel));
       return el("tr", { "data-id": m.id },
         el("td", {}, el("code", {}, m.id)), el("td", {}, m.tenant), el("td", {}, m.topic), el("td", {}, m.group || ""),
+        el("td", { class: m.blocks_group ? "blocking" : "" }, m.blocks_group ? "holds " + m.group : ""),
         el("td", { class: "n" }, m.attempts),
         el("td", { class: "err" }, m.error_code ? m.error_code + ": " + (m.error_message || "") : ""),
-        el("td", {}, when(m.updated_at)), el("td", {}, requeue, " ", show));
+        el("td", {}, when(m.updated_at)), el("td", {}, requeue, " ", cancel, " ", show));
     });
     if (append) body.append(...rows); else body.replaceChildren(...rows);
     nextAfterSeq = page.next_after_seq;
@@ -98,6 +105,29 @@
       notice("Requeue of " + m.id + " failed: " + e.message, true);
       button.disabled = false;
     }
+  }
+
+  async function doCancel(m, button) {
+    const what = m.blocks_group ? " It will not be sent, and group " + m.group + " moves on to its next message." : " It will not be sent.";
+    if (!window.confirm("Cancel " + m.id + "?" + what)) return;
+    button.disabled = true;
+    try {
+      await api("POST", "messages/" + encodeURIComponent(m.id) + "/cancel?tenant=" + encodeURIComponent(m.tenant));
+      notice("Cancelled " + m.id + (m.blocks_group ? ": group " + m.group + " is released." : "."));
+      await refresh();
+    } catch (e) {
+      notice("Cancel of " + m.id + " failed: " + e.message, true);
+      button.disabled = false;
+    }
+  }
+
+  // blockingCount shows how many dead letters hold their group, whatever
+  // the filter.
+  async function blockingCount() {
+    const page = await api("GET", "messages?status=FAILED&blocks_group=true&limit=1000");
+    const n = page.messages.length;
+    document.getElementById("blocking-count").textContent = n === 0 ? "no group is held" :
+      (n + (page.next_after_seq ? "+" : "") + (n === 1 ? " dead letter holds its group" : " dead letters hold their group"));
   }
 
   async function loadDetail(m) {
@@ -117,7 +147,7 @@
 
   async function refresh() {
     try {
-      await Promise.all([loadStats(), loadDead(false)]);
+      await Promise.all([loadStats(), loadDead(false), blockingCount()]);
       document.body.dataset.loaded = "true";
     } catch (e) {
       notice("Loading failed: " + e.message, true);
@@ -125,6 +155,7 @@
   }
 
   document.getElementById("refresh").addEventListener("click", refresh);
+  document.getElementById("only-blocking").addEventListener("change", () => loadDead(false).catch((e) => notice(e.message, true)));
   document.getElementById("more").addEventListener("click", () => loadDead(true).catch((e) => notice(e.message, true)));
   refresh();
   setInterval(refresh, 15000);
