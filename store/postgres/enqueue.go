@@ -185,7 +185,7 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		next[i] = m.NextAttemptAt
 	}
 	stmt, args := s.sql.enqueue, []any{ids, tenants, topics, groups, keys, payloads, headers, maxAttempts, next, types, binary,
-		msgs[0].CreatedAt, s.groupNS, s.channel}
+		msgs[0].CreatedAt, s.groupNS, s.channel, s.notifyKey}
 	if s.opts.DisableNotify {
 		stmt, args = s.sql.enqueueNoNotify, args[:13]
 	}

@@ -27,6 +27,10 @@ var (
 	listenNoDeliveryRetry = 5 * time.Minute
 )
 
+// listenAppName starts the application_name of a listener connection; the
+// NOTIFY channel follows.
+const listenAppName = "outboxkit listener "
+
 var errNoDelivery = errors.New("LISTEN was accepted but the test notification never arrived (a transaction-mode pooler such as PgBouncer?)")
 
 // Wakeups implements outbox.Waker: the returned channel receives a value
@@ -34,6 +38,14 @@ var errNoDelivery = errors.New("LISTEN was accepted but the test notification ne
 // through LISTEN/NOTIFY on a dedicated connection (see Options.Connect).
 // Bursts are coalesced (the channel holds at most one value). The channel
 // is closed when ctx ends.
+//
+// After a notification the listener short-polls: while messages keep
+// being enqueued it wakes the processor every 10 ms, and enqueues skip
+// their NOTIFY (PostgreSQL serialises notifying commits, so a NOTIFY per
+// small transaction costs enqueue throughput). Once enqueues stop and every
+// transaction that skipped its NOTIFY has ended, it wakes the processor
+// once more and goes back to waiting for notifications. No wake-up is
+// lost on the way: see notify.go.
 //
 // The listener checks at start that notifications really arrive; when they
 // do not (a transaction-mode pooler between the application and
@@ -127,6 +139,11 @@ func (s *Store) listenOn(ctx context.Context, conn *pgx.Conn, ch chan struct{}, 
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
 		return err
 	}
+	// Named in pg_stat_activity (its last query changes every tick while
+	// it short-polls).
+	if _, err := conn.Exec(ctx, `SELECT set_config('application_name', left($1, 63), false)`, listenAppName+s.channel); err != nil {
+		return err
+	}
 	// Self-test: a notification sent through the DB (another connection)
 	// must reach this one.
 	var nonce [8]byte
@@ -155,17 +172,38 @@ func (s *Store) listenOn(ctx context.Context, conn *pgx.Conn, ch chan struct{}, 
 		wake(ch) // a real notification arrived first
 	}
 	up()
-	wake(ch) // anything committed while we were not listening
+	// The first settle takes the notify lock when no enqueue that skipped
+	// NOTIFY is in flight; its wake-up covers anything committed while we
+	// were not listening.
+	w := s.newNotifyWatch(ctx, conn)
+	defer w.leave(ctx)
+	if err := w.settle(ctx); err != nil {
+		return err
+	}
+	wake(ch)
 	for {
-		wctx, cancel := context.WithTimeout(ctx, listenHealthInterval)
+		wctx, cancel := context.WithTimeout(ctx, w.wait())
 		_, err := conn.WaitForNotification(wctx)
 		cancel()
 		switch {
 		case err == nil:
 			wake(ch)
+			if err := w.notified(ctx); err != nil {
+				return err
+			}
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, context.DeadlineExceeded) || pgconnTimeout(err):
+			if w.state != listenIdle {
+				woke, err := w.tick(ctx)
+				if err != nil {
+					return err
+				}
+				if woke {
+					wake(ch)
+				}
+				continue
+			}
 			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
 			perr := conn.Ping(pctx)
 			pcancel()

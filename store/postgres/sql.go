@@ -57,8 +57,13 @@ func buildSQL(s *Store) sqlText {
 	enqueue := func(notify bool) string {
 		notifyCTE, notifyJoin := "", ""
 		if notify {
+			// Notify only when a listener is idle: it holds the notify
+			// lock, so the shared try fails. When it succeeds the
+			// listeners are short-polling and this transaction holds the
+			// lock shared until it ends (see notify.go).
 			notifyCTE = `, notified AS (
 	SELECT count(pg_notify($14, '')) AS n FROM (SELECT 1 FROM ins LIMIT 1) x
+	WHERE NOT pg_try_advisory_xact_lock_shared($15::int8)
 )`
 			notifyJoin = " CROSS JOIN notified"
 		}

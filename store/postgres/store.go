@@ -76,7 +76,9 @@ type Options struct {
 	// Defaults to false.
 	AsyncCommit bool
 	// DisableNotify stops Enqueue from calling pg_notify. Wakeups then only
-	// polls. Defaults to false (notify on every enqueue that inserts).
+	// polls. Defaults to false: an enqueue that inserts notifies when a
+	// listener (Wakeups) is idle; while listeners are short-polling because
+	// messages keep arriving, enqueues skip NOTIFY (see Wakeups).
 	DisableNotify bool
 }
 
@@ -100,6 +102,7 @@ type Store struct {
 	migrations string
 	channel    string // NOTIFY channel
 	groupNS    int32  // advisory lock namespace of group enqueue locks
+	notifyKey  int64  // advisory lock key of notification coalescing (notify.go)
 	adminNS    int32  // advisory lock namespace of Migrate and Elector
 
 	sql sqlText
@@ -158,6 +161,7 @@ func New(db DB, opts Options) (*Store, error) {
 		s.channel = s.channel[:63]
 	}
 	s.groupNS = ns(s.messages + ":group")
+	s.notifyKey = notifyKeyOf(s.channel)
 	s.adminNS = ns(s.messages + ":admin")
 	s.sql = buildSQL(s)
 	return s, nil
