@@ -85,16 +85,17 @@ func (s *Store) claim(ctx context.Context, stmt string, args []any) ([]outbox.Me
 	var (
 		msgs            []outbox.Message
 		scanned, maxSeq int64
+		tid             *string
 	)
 	err := s.planned(ctx, stmt, args, func(r pgx.Rows) error {
 		var row msgRow
 		if r.RawValues()[2] == nil { // no message claimed: only the window's figures
-			dest := make([]any, 2+len(row.dest()))
+			dest := make([]any, 3+len(row.dest()))
 			dest[0], dest[1] = &scanned, &maxSeq
 			return r.Scan(dest...)
 		}
 		dest := append([]any{&scanned, &maxSeq}, row.dest()...)
-		if err := r.Scan(dest...); err != nil {
+		if err := r.Scan(append(dest, &tid)...); err != nil {
 			return err
 		}
 		m, err := row.message()
@@ -102,6 +103,9 @@ func (s *Store) claim(ctx context.Context, stmt string, args []any) ([]outbox.Me
 			return err
 		}
 		msgs = append(msgs, m)
+		if tid != nil {
+			s.tids.put(m.ID, *tid)
+		}
 		return nil
 	})
 	if err != nil {

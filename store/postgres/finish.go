@@ -17,6 +17,12 @@ import (
 // others are returned in LeaseLost. Released messages go back to PENDING
 // without counting the attempt (deferred ones with their new due time and
 // LastError) and wake the other processors.
+//
+// The rows of messages this store leased are found by the tuple ID the claim
+// (or the last lease renewal) returned, without a primary-key descent; the
+// outcomes whose row has moved since, or that this store did not lease, are
+// then written by message ID in a second statement (a second round trip
+// only then).
 func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
 	if err := p.Validate(); err != nil {
 		return outbox.FinishResult{}, err
@@ -26,7 +32,51 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		return outbox.FinishResult{}, nil
 	}
 	now := s.at(p.Now)
+	var (
+		hinted []outbox.Outcome
+		tids   []string
+		byID   []outbox.Outcome
+	)
+	for _, o := range p.Outcomes {
+		if tid, ok := s.tids.take(o.ID); ok {
+			hinted, tids = append(hinted, o), append(tids, tid)
+		} else {
+			byID = append(byID, o)
+		}
+	}
+	applied := make(map[string]struct{}, total)
+	if len(hinted) > 0 {
+		if err := s.finish(ctx, now, p.Owner, hinted, tids, applied); err != nil {
+			return outbox.FinishResult{}, err
+		}
+		if len(applied) < len(hinted) {
+			for _, o := range hinted {
+				if _, ok := applied[o.ID]; !ok {
+					byID = append(byID, o)
+				}
+			}
+		}
+	}
+	if len(byID) > 0 {
+		if err := s.finish(ctx, now, p.Owner, byID, nil, applied); err != nil {
+			return outbox.FinishResult{}, err
+		}
+	}
+	var res outbox.FinishResult
+	if len(applied) < total {
+		for _, o := range p.Outcomes {
+			if _, ok := applied[o.ID]; !ok {
+				res.LeaseLost = append(res.LeaseLost, o.ID)
+			}
+		}
+	}
+	return res, nil
+}
 
+// finish runs the outcome statement for outcomes, found by tuple ID
+// (tids[i] for outcomes[i]) when tids is not nil, and adds the IDs it
+// applied to applied.
+func (s *Store) finish(ctx context.Context, now time.Time, owner string, outcomes []outbox.Outcome, tids []string, applied map[string]struct{}) error {
 	// One array per column and kind: each kind is one UPDATE ... FROM
 	// unnest(...) of the statement.
 	var (
@@ -35,29 +85,37 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		sResp       []*string
 		sAtt        []int32
 		sStart      []*time.Time
+		sTID        []string
 		rID         []string
 		rCode, rMsg []*string
 		rResp       []*string
 		rAtt        []int32
 		rNext       []time.Time
 		rStart      []*time.Time
+		rTID        []string
 		dID         []string
 		dCode, dMsg []*string
 		dResp       []*string
 		dAtt        []int32
 		dStart      []*time.Time
 		dBlock      []bool
+		dTID        []string
 		lID         []string
 		lAtt        []int32
 		lNext       []*time.Time
 		lHasErr     []bool
 		lCode, lMsg []*string
+		lTID        []string
 	)
-	for _, o := range p.Outcomes {
+	for i, o := range outcomes {
 		att := int32(o.Attempt) //nolint:gosec // attempts are small
+		tid := ""
+		if tids != nil {
+			tid = tids[i]
+		}
 		switch o.Kind {
 		case outbox.OutcomeSent:
-			sID, sAtt = append(sID, o.ID), append(sAtt, att)
+			sID, sAtt, sTID = append(sID, o.ID), append(sAtt, att), append(sTID, tid)
 			sPMID = append(sPMID, nullText(o.ProviderMessageID))
 			sResp, sStart = append(sResp, jsonText(o.ProviderResponse)), append(sStart, nullTime(o.StartedAt))
 		case outbox.OutcomeRetry:
@@ -65,17 +123,17 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 			if next.IsZero() {
 				next = now
 			}
-			rID, rAtt = append(rID, o.ID), append(rAtt, att)
+			rID, rAtt, rTID = append(rID, o.ID), append(rAtt, att), append(rTID, tid)
 			rNext = append(rNext, next.UTC().Truncate(time.Microsecond))
 			rCode, rMsg = append(rCode, nullText(o.Error.Code)), append(rMsg, nullText(o.Error.Message))
 			rResp, rStart = append(rResp, jsonText(o.ProviderResponse)), append(rStart, nullTime(o.StartedAt))
 		case outbox.OutcomeDead:
-			dID, dAtt = append(dID, o.ID), append(dAtt, att)
+			dID, dAtt, dTID = append(dID, o.ID), append(dAtt, att), append(dTID, tid)
 			dCode, dMsg = append(dCode, nullText(o.Error.Code)), append(dMsg, nullText(o.Error.Message))
 			dResp, dStart = append(dResp, jsonText(o.ProviderResponse)), append(dStart, nullTime(o.StartedAt))
 			dBlock = append(dBlock, o.BlockGroup)
 		case outbox.OutcomeReleased:
-			lID, lAtt = append(lID, o.ID), append(lAtt, att)
+			lID, lAtt, lTID = append(lID, o.ID), append(lAtt, att), append(lTID, tid)
 			lNext = append(lNext, nullTime(o.NextAttemptAt))
 			hasErr := o.Error != nil && !o.NextAttemptAt.IsZero()
 			lHasErr = append(lHasErr, hasErr)
@@ -90,26 +148,36 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	if s.opts.DisableNotify {
 		channel = ""
 	}
+	// withTID appends a kind's tuple IDs when the rows are found by them.
+	withTID := func(args []any, t []string) []any {
+		if tids != nil {
+			args = append(args, t)
+		}
+		return args
+	}
 	mask := 0
-	args := []any{now, text(p.Owner), channel}
+	args := []any{now, text(owner), channel}
 	if len(sID) > 0 {
 		mask |= finishSent
-		args = append(args, sID, sAtt, sPMID, sResp, sStart)
+		args = withTID(append(args, sID, sAtt, sPMID, sResp, sStart), sTID)
 	}
 	if len(rID) > 0 {
 		mask |= finishRetry
-		args = append(args, rID, rAtt, rNext, rCode, rMsg, rResp, rStart)
+		args = withTID(append(args, rID, rAtt, rNext, rCode, rMsg, rResp, rStart), rTID)
 	}
 	if len(dID) > 0 {
 		mask |= finishDead
-		args = append(args, dID, dAtt, dCode, dMsg, dResp, dStart, dBlock)
+		args = withTID(append(args, dID, dAtt, dCode, dMsg, dResp, dStart, dBlock), dTID)
 	}
 	if len(lID) > 0 {
 		mask |= finishReleased
-		args = append(args, lID, lAtt, lNext, lHasErr, lCode, lMsg)
+		args = withTID(append(args, lID, lAtt, lNext, lHasErr, lCode, lMsg), lTID)
 	}
-	applied := make(map[string]struct{}, total)
-	err := s.planned(ctx, s.sql.finish[mask], args, func(r pgx.Rows) error {
+	stmt, settings := s.sql.finish[mask], planSettings
+	if tids != nil {
+		stmt, settings = s.sql.finishTID[mask], tidSettings
+	}
+	err := s.plannedWith(ctx, settings, stmt, args, func(r pgx.Rows) error {
 		var id string
 		if err := r.Scan(&id); err != nil {
 			return err
@@ -118,17 +186,9 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		return nil
 	})
 	if err != nil {
-		return outbox.FinishResult{}, wrapErr("finish", err)
+		return wrapErr("finish", err)
 	}
-	var res outbox.FinishResult
-	if len(applied) < total {
-		for _, o := range p.Outcomes {
-			if _, ok := applied[o.ID]; !ok {
-				res.LeaseLost = append(res.LeaseLost, o.ID)
-			}
-		}
-	}
-	return res, nil
+	return nil
 }
 
 // MessageRecover puts back to PENDING the PROCESSING messages claimed before

@@ -13,11 +13,12 @@ var _ outbox.LeaseExtender = (*Store)(nil)
 // extendSQL renews leases still held by their owner ($2), fenced like an
 // outcome. Only claimed_at changes. It commits durably even with
 // Options.AsyncCommit: a renewal forgotten by a server crash could let
-// recovery take a message that is being published.
+// recovery take a message that is being published. It returns the new row
+// version's tuple ID for the outcome statement (tidCache).
 const extendSQL = `UPDATE {T} m SET claimed_at = $1
 FROM unnest($3::text[], $4::int4[]) AS x(id, attempt)
 WHERE m.id = x.id AND m.status = 'PROCESSING' AND m.claimed_by = $2 AND m.attempts = x.attempt
-RETURNING m.id`
+RETURNING m.id, m.ctid::text`
 
 // MessageExtendLease implements outbox.LeaseExtender: one UPDATE sets
 // claimed_at to p.Now for every lease p.Owner still holds (status
@@ -37,11 +38,12 @@ func (s *Store) MessageExtendLease(ctx context.Context, p outbox.MessageExtendLe
 	}
 	extended := make(map[string]bool, len(ids))
 	err := s.planned(ctx, s.sql.extend, []any{s.at(p.Now), text(p.Owner), ids, att}, func(r pgx.Rows) error {
-		var id string
-		if err := r.Scan(&id); err != nil {
+		var id, tid string
+		if err := r.Scan(&id, &tid); err != nil {
 			return err
 		}
 		extended[id] = true
+		s.tids.put(id, tid)
 		return nil
 	})
 	if err != nil {

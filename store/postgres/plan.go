@@ -28,6 +28,18 @@ const planSettings = `SELECT set_config('plan_cache_mode', 'force_custom_plan', 
 	set_config('enable_seqscan', 'off', true),
 	set_config('enable_bitmapscan', 'off', true)`
 
+// tidSettings are planSettings for a statement that finds its rows by
+// tuple ID (the outcome statement, see MessageFinish): with index scans off
+// too, the lookup by tuple ID is the only access path left. Otherwise the
+// planner, trusting statistics gathered when no message was PROCESSING (a
+// fresh or just-analysed table), scans the whole lease index and checks
+// every leased row of every processor on the heap.
+const tidSettings = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true),
+	set_config('enable_seqscan', 'off', true),
+	set_config('enable_bitmapscan', 'off', true),
+	set_config('enable_indexscan', 'off', true),
+	set_config('enable_indexonlyscan', 'off', true)`
+
 // batcher is the optional capability of a DB that pipelines statements
 // (*pgxpool.Pool, *pgx.Conn, pgx.Tx).
 type batcher interface {
@@ -38,9 +50,14 @@ type batcher interface {
 // round trip (a pipelined batch) when the DB can, else in a short explicit
 // transaction, and calls each for every result row.
 func (s *Store) planned(ctx context.Context, sql string, args []any, each func(pgx.Rows) error) error {
+	return s.plannedWith(ctx, planSettings, sql, args, each)
+}
+
+// plannedWith is planned with other settings.
+func (s *Store) plannedWith(ctx context.Context, settings, sql string, args []any, each func(pgx.Rows) error) error {
 	if b, ok := s.db.(batcher); ok {
 		batch := &pgx.Batch{}
-		batch.Queue(planSettings)
+		batch.Queue(settings)
 		batch.Queue(sql, args...)
 		br := b.SendBatch(ctx, batch)
 		if _, err := br.Exec(); err != nil {
@@ -63,7 +80,7 @@ func (s *Store) planned(ctx context.Context, sql string, args []any, each func(p
 		return err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, planSettings); err != nil {
+	if _, err := tx.Exec(ctx, settings); err != nil {
 		return err
 	}
 	rows, err := tx.Query(ctx, sql, args...)

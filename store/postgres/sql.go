@@ -18,9 +18,10 @@ type sqlText struct {
 	claimAll, claimTopics                 string
 	claimFallbackAll, claimFallbackTopics string
 
-	finish  [16]string // by finishMask
-	recover string
-	extend  string
+	finish    [16]string // by finishMask
+	finishTID [16]string // the same, rows found by tuple ID
+	recover   string
+	extend    string
 
 	get, list, count, countAll string
 	attempts                   string
@@ -160,7 +161,7 @@ runs AS MATERIALIZED (
 		claimed_at = $1, claimed_by = $2, updated_at = $1
 	FROM valid v
 	WHERE m.ctid = v.tid AND m.id = v.id AND m.status = 'PENDING'
-	RETURNING {MCOLS}
+	RETURNING {MCOLS}, m.ctid::text AS tid
 )`
 	}
 	claim := func(topics bool) string {
@@ -196,7 +197,7 @@ runs AS MATERIALIZED (
 	LIMIT $3
 	FOR UPDATE OF m SKIP LOCKED
 ),` + claimTail(tf) + `
-SELECT s.scanned, s.maxseq, {UCOLS}
+SELECT s.scanned, s.maxseq, {UCOLS}, u.tid
 FROM (
 	-- The window's size matters only when the runs did not fill the claim
 	-- (then every head, hence the whole window, was read already).
@@ -240,15 +241,16 @@ ORDER BY u.seq`)
 	LIMIT $3
 	FOR UPDATE OF m SKIP LOCKED
 ),` + claimTail(tf) + `
-SELECT 0::bigint AS scanned, 0::bigint AS maxseq, {UCOLS}
+SELECT 0::bigint AS scanned, 0::bigint AS maxseq, {UCOLS}, u.tid
 FROM (SELECT {ASYNC} AS sc) s
 LEFT JOIN upd u ON true
 ORDER BY u.seq`)
 	}
 
-	var finish [16]string
+	var finish, finishTID [16]string
 	for mask := range finish {
-		finish[mask] = q(finishSQL(mask))
+		finish[mask] = q(finishSQL(mask, false))
+		finishTID[mask] = q(finishSQL(mask, true))
 	}
 
 	// Recovery: an expired lease goes back to PENDING without its attempt
@@ -297,6 +299,7 @@ WHERE (tenant, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[])
 		claimFallbackAll:    claimFallback(false),
 		claimFallbackTopics: claimFallback(true),
 		finish:              finish,
+		finishTID:           finishTID,
 		recover:             recoverSQL,
 		extend:              q(extendSQL),
 		get:                 q(`SELECT {COLS} FROM {T} WHERE tenant = $1 AND id = $2`),
@@ -393,13 +396,30 @@ const (
 // finishSQL returns the MessageFinish statement for the kinds in mask. $1 is
 // now, $2 the owner, $3 the NOTIFY channel (empty for none); each present kind
 // then takes its arrays, in the order sent, retry, dead, released.
-func finishSQL(mask int) string {
+func finishSQL(mask int, byTID bool) string {
 	n := 3
 	arg := func(typ string) string {
 		n++
 		return fmt.Sprintf("$%d::%s", n, typ)
 	}
 	fence := `m.status = 'PROCESSING' AND m.claimed_by = $2 AND m.attempts = x.attempt`
+	// from returns the unnest of one kind's arrays (types, named cols) and
+	// the condition that finds the rows: by message ID, or with byTID by
+	// the tuple ID the claim returned (one more text[] array, x.tid), the
+	// message ID still checked.
+	from := func(cols string, types ...string) string {
+		args := make([]string, len(types))
+		for i, t := range types {
+			args[i] = arg(t)
+		}
+		match := "m.id = x.id"
+		if byTID {
+			args = append(args, arg("text[]"))
+			cols += ", tid"
+			match = "m.ctid = x.tid::tid AND m.id = x.id"
+		}
+		return "unnest(" + strings.Join(args, ", ") + ")\n\t\tAS x(" + cols + ")\n\tWHERE " + match + " AND " + fence
+	}
 	var ctes, attempts, applied []string
 	if mask&finishSent != 0 {
 		ctes = append(ctes, `s_up AS (
@@ -408,9 +428,7 @@ func finishSQL(mask int) string {
 		sent_response = CASE WHEN x.attempt = 1 AND m.recoveries = 0 THEN x.resp::json END,
 		sent_started_at = CASE WHEN x.attempt = 1 AND m.recoveries = 0 THEN x.started END,
 		sent_finished_at = CASE WHEN x.attempt = 1 AND m.recoveries = 0 THEN $1 END
-	FROM unnest(`+arg("text[]")+`, `+arg("int4[]")+`, `+arg("text[]")+`, `+arg("text[]")+`, `+arg("timestamptz[]")+`)
-		AS x(id, attempt, pmid, resp, started)
-	WHERE m.id = x.id AND `+fence+`
+	FROM `+from("id, attempt, pmid, resp, started", "text[]", "int4[]", "text[]", "text[]", "timestamptz[]")+`
 	RETURNING m.id, m.tenant, x.attempt, 'SUCCEEDED'::text AS outcome, NULL::text AS code, NULL::text AS msg,
 		x.resp, NULL::timestamptz AS next, x.started, (x.attempt = 1 AND m.recoveries = 0) AS kept
 )`)
@@ -424,9 +442,7 @@ func finishSQL(mask int) string {
 		ctes = append(ctes, `r_up AS (
 	UPDATE {T} m SET status = 'PENDING', next_attempt_at = x.next, last_error_code = x.code,
 		last_error_message = x.msg, updated_at = $1, claimed_at = NULL, claimed_by = NULL
-	FROM unnest(`+arg("text[]")+`, `+arg("int4[]")+`, `+arg("timestamptz[]")+`, `+arg("text[]")+`, `+arg("text[]")+`, `+arg("text[]")+`, `+arg("timestamptz[]")+`)
-		AS x(id, attempt, next, code, msg, resp, started)
-	WHERE m.id = x.id AND `+fence+`
+	FROM `+from("id, attempt, next, code, msg, resp, started", "text[]", "int4[]", "timestamptz[]", "text[]", "text[]", "text[]", "timestamptz[]")+`
 	RETURNING m.id, m.tenant, x.attempt, 'RETRY'::text AS outcome, x.code, x.msg, x.resp, x.next, x.started
 )`)
 		attempts, applied = append(attempts, "SELECT * FROM r_up"), append(applied, "SELECT id FROM r_up")
@@ -437,9 +453,7 @@ func finishSQL(mask int) string {
 		updated_at = $1, claimed_at = NULL, claimed_by = NULL,
 		-- a dead letter that holds its group (never one of group '')
 		blocks_group = x.block AND m.grp <> ''
-	FROM unnest(`+arg("text[]")+`, `+arg("int4[]")+`, `+arg("text[]")+`, `+arg("text[]")+`, `+arg("text[]")+`, `+arg("timestamptz[]")+`, `+arg("bool[]")+`)
-		AS x(id, attempt, code, msg, resp, started, block)
-	WHERE m.id = x.id AND `+fence+`
+	FROM `+from("id, attempt, code, msg, resp, started, block", "text[]", "int4[]", "text[]", "text[]", "text[]", "timestamptz[]", "bool[]")+`
 	RETURNING m.id, m.tenant, x.attempt, 'FAILED'::text AS outcome, x.code, x.msg, x.resp, NULL::timestamptz AS next, x.started
 )`)
 		attempts, applied = append(attempts, "SELECT * FROM d_up"), append(applied, "SELECT id FROM d_up")
@@ -452,9 +466,7 @@ func finishSQL(mask int) string {
 		next_attempt_at = coalesce(x.next, m.next_attempt_at),
 		last_error_code = CASE WHEN x.haserr THEN x.code ELSE m.last_error_code END,
 		last_error_message = CASE WHEN x.haserr THEN x.msg ELSE m.last_error_message END
-	FROM unnest(`+arg("text[]")+`, `+arg("int4[]")+`, `+arg("timestamptz[]")+`, `+arg("bool[]")+`, `+arg("text[]")+`, `+arg("text[]")+`)
-		AS x(id, attempt, next, haserr, code, msg)
-	WHERE m.id = x.id AND `+fence+`
+	FROM `+from("id, attempt, next, haserr, code, msg", "text[]", "int4[]", "timestamptz[]", "bool[]", "text[]", "text[]")+`
 	RETURNING m.id
 )`, `woke AS (
 	SELECT count(pg_notify($3, '')) AS n FROM (SELECT 1 FROM l_up LIMIT 1) x WHERE $3 <> ''

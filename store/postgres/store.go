@@ -108,6 +108,7 @@ type Store struct {
 	sql sqlText
 
 	pruned atomic.Int64 // rows pruned since the store last analysed the tables
+	tids   tidCache     // tuple IDs of the rows this store leased
 }
 
 // Store has the method set of every store: the ports, InTx,
