@@ -35,6 +35,29 @@ WHERE io.schemaname = $1`, schema).Scan(&w.buffers, &w.inserts, &w.updates, &w.h
 	return w, err
 }
 
+// settledWork waits (at most 30 s) until the tables of schema count at
+// least inserts row inserts and two readings a second apart agree, and
+// returns the last reading.
+func settledWork(ctx context.Context, pool *pgxpool.Pool, schema string, inserts int64) (tableWork, error) {
+	settle()
+	prev, err := schemaWork(ctx, pool, schema)
+	if err != nil {
+		return prev, err
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(time.Second)
+		w, err := schemaWork(ctx, pool, schema)
+		if err != nil {
+			return w, err
+		}
+		if w == prev && w.inserts >= inserts {
+			return w, nil
+		}
+		prev = w
+	}
+	return prev, nil
+}
+
 // settle waits for idle backends to publish their statistics.
 func settle() { time.Sleep(1500 * time.Millisecond) }
 
