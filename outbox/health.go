@@ -27,7 +27,12 @@ const startProbeTimeout = 30 * time.Second
 func (p *Processor) probe(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, startProbeTimeout)
 	defer cancel()
-	_, err := p.store.MessageList(pctx, MessageListParams{Limit: 1})
+	var err error
+	if pg, ok := p.store.(Pinger); ok {
+		err = pg.Ping(pctx)
+	} else {
+		_, err = p.store.MessageList(pctx, MessageListParams{Limit: 1})
+	}
 	switch {
 	case err == nil:
 		return nil

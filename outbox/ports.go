@@ -86,6 +86,15 @@ type Enqueuer[TTx any] interface {
 	MessageEnqueueTx(ctx context.Context, tx TTx, p MessageEnqueueParams) ([]Enqueued, error)
 }
 
+// Pinger is an optional Store capability: Ping reports whether the store
+// is reachable (an error matching ErrNotMigrated when its tables are
+// missing). Processor.Run's start-up probe calls it instead of listing one
+// message, for stores where that listing is not cheap (a MongoDB-compatible
+// server that sorts in memory reads the whole collection).
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // Waker is an optional Store capability: a channel that receives a value
 // soon after new messages become claimable (committed), so the processor
 // claims them without waiting for its poll interval. The channel is closed

@@ -126,7 +126,8 @@ func NewProcessor(store Store, pub Publisher, cfg Config) (*Processor, error) {
 // to wait for), records every outcome, and returns nil. Run may be called
 // again after it returned.
 //
-// Before it starts, Run probes the store once (within 30s): when the store
+// Before it starts, Run probes the store once (within 30s; Pinger.Ping when
+// the store has it, else a one-message MessageList): when the store
 // is unreachable it returns an error matching ErrStoreUnavailable, and when
 // its tables are missing one matching ErrNotMigrated that says to call the
 // store's Migrate. It also returns an error when the processor is already

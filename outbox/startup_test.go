@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,5 +341,49 @@ func TestRouterLogsMissingResults(t *testing.T) {
 	logs := sink.find("publisher returned a wrong number of results; the missing ones are retried")
 	if len(logs) != 1 || logs[0]["topic"].String() != "short" || logs[0]["results"].Int64() != 0 {
 		t.Fatalf("logs = %v", logs)
+	}
+}
+
+// pingStore is a Store with a Ping that counts its calls and fails when
+// told to.
+type pingStore struct {
+	*sqlite.Store
+	pings atomic.Int64
+	err   error
+}
+
+func (s *pingStore) Ping(context.Context) error {
+	s.pings.Add(1)
+	return s.err
+}
+
+// A store that implements Pinger is probed with Ping at start-up (not a
+// listing): its error stops Run as ErrStoreUnavailable, its success lets
+// the processor start.
+func TestRunProbesAPingerWithPing(t *testing.T) {
+	t.Parallel()
+	pub := outbox.PublisherFunc(func(_ context.Context, ms []outbox.Message) []outbox.Result {
+		return make([]outbox.Result, len(ms))
+	})
+	down := &pingStore{Store: newStore(t), err: errors.New("connection refused")}
+	p, err := outbox.NewProcessor(down, pub, outbox.Config{Topics: []string{"t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(context.Background()); !errors.Is(err, outbox.ErrStoreUnavailable) || down.pings.Load() != 1 {
+		t.Fatalf("Run = %v after %d pings, want ErrStoreUnavailable after 1", err, down.pings.Load())
+	}
+	up := &pingStore{Store: newStore(t)}
+	p, err = outbox.NewProcessor(up, pub, outbox.Config{Topics: []string{"t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	eventually(t, "the processor running", func() bool { return p.Health().Running })
+	cancel()
+	if err := <-done; err != nil || up.pings.Load() != 1 {
+		t.Fatalf("Run = %v after %d pings, want nil after 1", err, up.pings.Load())
 	}
 }
