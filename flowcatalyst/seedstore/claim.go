@@ -69,7 +69,15 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	// The events table goes first, each table taking what the limit leaves
 	// (one statement per table and claim). When the first table alone
 	// fills the limit, the other goes first next time, so neither starves.
+	// MongoDB: "now" is the server's clock, read once per claim.
+	var now time.Time
+	if s.mg != nil {
+		if now, err = s.serverNow(ctx); err != nil {
+			return nil, fmt.Errorf("seedstore: claim: %w", err)
+		}
+	}
 	var out []outbox.Message
+	cut := false
 	for i, t := range order {
 		remaining := p.Limit - len(out)
 		if remaining == 0 {
@@ -80,7 +88,17 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 			}
 			break
 		}
-		msgs, err := s.claim(ctx, t, remaining, p.Owner)
+		msgs, more, err := s.claim(ctx, t, remaining, p.Owner, now)
+		cut = cut || more
+		if s.mg != nil && !s.mg.claimed.Load() && len(msgs) > 0 && i == 0 {
+			// A Store's first claim hands out its first documents at
+			// once (see claimPace); the other collection comes next.
+			out, cut = append(out, msgs...), true
+			s.mu.Lock()
+			s.turn++
+			s.mu.Unlock()
+			break
+		}
 		if err != nil {
 			if len(out) > 0 {
 				// Rows already claimed are committed: hand them out.
@@ -90,6 +108,12 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 			return nil, err
 		}
 		out = append(out, msgs...)
+	}
+	if s.mg != nil && len(out) > 0 {
+		s.mg.claimed.Store(true)
+	}
+	if cut && len(out) < p.Limit {
+		s.wakeUp()
 	}
 	// The order of the groups: created_at, then id (TSIDs follow creation,
 	// so this is Seq order for the store's own ids).
@@ -105,10 +129,17 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	return out, nil
 }
 
-func (s *Store) claim(ctx context.Context, t *table, limit int, owner string) ([]outbox.Message, error) {
+// claim claims up to limit rows of t. more reports a claim cut short by
+// its time budget (MongoDB) with rows left to try.
+func (s *Store) claim(ctx context.Context, t *table, limit int, owner string, now time.Time) (msgs []outbox.Message, more bool, err error) {
 	if s.mg != nil {
-		return s.claimMongo(ctx, t, limit, owner)
+		return s.claimMongo(ctx, t, limit, owner, now)
 	}
+	msgs, err = s.claimSQL(ctx, t, limit, owner)
+	return msgs, false, err
+}
+
+func (s *Store) claimSQL(ctx context.Context, t *table, limit int, owner string) ([]outbox.Message, error) {
 	if s.mysql {
 		return s.claimMySQL(ctx, t, limit, owner)
 	}
@@ -237,4 +268,37 @@ func errorText(e outbox.ErrorInfo) string {
 		code = "error"
 	}
 	return code + ": " + e.Message
+}
+
+// Wakeups implements outbox.Waker: on MongoDB, a claim that stopped early
+// (its time budget on a slow server, or a Store's first claim handing out
+// its first documents at once) with documents left to try asks the
+// processor to claim again at once rather than after its poll interval.
+// It does not signal enqueues. On PostgreSQL and MySQL the channel never
+// receives. The channel is closed when ctx ends.
+func (s *Store) Wakeups(ctx context.Context) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.wake:
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// wakeUp signals Wakeups without blocking.
+func (s *Store) wakeUp() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 }

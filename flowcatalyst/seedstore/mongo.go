@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -31,18 +33,46 @@ const mongoLockTTL = 30 * time.Second
 // sent at once by several clients.
 const mongoChunk = 100
 
-// mongoClaimBudget is how long a claim goes on taking further groups once
-// it has leased some: on a slow server (FerretDB writes each document of
-// an update on its own) the first rows are handed out, and sent, while the
-// next poll claims the rest.
+// mongoClaimBudget is how long a claim goes on taking further documents
+// once it has leased some: on a slow server (FerretDB scans the collection for
+// every command and writes each document of an update on its own) the
+// first rows are handed out, and sent, while the next claim (at once,
+// through Wakeups) takes the rest.
 const mongoClaimBudget = 250 * time.Millisecond
 
-// mongoFirstChunk is the first update of a claim's group: small, so that
-// the claim's time budget can cut a large group on a slow server.
+// mongoFirstChunk is the first update of a Store's first claim: small, so
+// that the first documents on a fresh collection are sent as soon as they
+// are leased, however slow the server.
 const mongoFirstChunk = 8
 
-// mongoLockChunk bounds the lock documents one insert carries.
+// claimPace decides when a claim has leased enough for now: a Store's
+// first claim hands out its first chunk at once; later claims go on taking
+// documents for their budget after their first lease (and hand out what
+// they have when it is up; Wakeups brings the next claim at once).
+type claimPace struct {
+	first    bool
+	budget   time.Duration
+	leasedAt time.Time
+}
+
+// leased records that the claim leased something.
+func (p *claimPace) leased() {
+	if p.leasedAt.IsZero() {
+		p.leasedAt = time.Now()
+	}
+}
+
+// enough reports whether the claim should hand out what it leased.
+func (p *claimPace) enough() bool {
+	return !p.leasedAt.IsZero() && (p.first || time.Since(p.leasedAt) > p.budget)
+}
+
+// mongoLockChunk is the first batch of lock documents a claim inserts;
+// later batches double up to mongoMaxLockChunk.
 const mongoLockChunk = 8
+
+// mongoMaxLockChunk bounds the lock documents one insert carries.
+const mongoMaxLockChunk = 64
 
 // NewMongo returns a Store over db, a MongoDB database holding seed 004's
 // collections (Options.EventsTable and Options.DispatchJobsTable name the
@@ -71,14 +101,21 @@ const mongoLockChunk = 8
 //
 //   - a claim locks each group it works on by inserting a document whose
 //     unique _id names the group into Options.LocksCollection (of
-//     concurrent inserts exactly one succeeds); under the lock it reads
-//     the group's unfinished documents in (createdAt, _id) order and leases
-//     the run of due PENDING documents from the head (none while the head
-//     is PROCESSING or waits for a retry), then deletes the lock. A lock
-//     left by a processor that died expires after 30 s;
+//     concurrent inserts exactly one succeeds); under the lock one read
+//     returns the group's unfinished documents, PROCESSING first, then in
+//     (createdAt, _id) order, and one updateMany (fenced by status PENDING)
+//     leases the run of due PENDING documents from the head (none while a
+//     document is PROCESSING or the head waits for a retry), then the lock
+//     is deleted. Locks are inserted and deleted a batch of groups at a
+//     time. A lock left by a processor that died expires after 30 s;
 //   - groups are visited in turn (round robin by name), not oldest first:
-//     the claim reads the groups with PENDING documents through the
-//     seed's index (distinct) instead of sorting every PENDING document;
+//     the claim reads the groups of a bounded window of PENDING and
+//     PROCESSING documents through the seed's index instead of sorting
+//     every PENDING document;
+//   - a claim hands out what it leased once it has worked for 250 ms
+//     after its first lease, and a Store's first claim after its first 8
+//     documents, so a slow server sends early; Wakeups then brings the
+//     next claim at once;
 //   - "now" is the server's clock (the hello command's localTime), read
 //     once per claim, outcome and recovery, so processors on hosts with
 //     skewed clocks agree; times are BSON dates (milliseconds);
@@ -110,7 +147,7 @@ func NewMongo(db *mongo.Database, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mg = &mongoDB{db: db, locks: db.Collection(opts.LocksCollection)}
+	s.mg = &mongoDB{db: db, locks: db.Collection(opts.LocksCollection), budget: mongoClaimBudget}
 	for _, t := range s.tables {
 		t.coll = db.Collection(t.raw)
 	}
@@ -145,8 +182,12 @@ func checkCollectionName(name string) error {
 }
 
 type mongoDB struct {
-	db    *mongo.Database
-	locks *mongo.Collection
+	db     *mongo.Database
+	locks  *mongo.Collection
+	budget time.Duration // mongoClaimBudget; tests change it
+	// claimed is set once a claim leased something: the first claim
+	// hands out its first documents at once (claimPace).
+	claimed atomic.Bool
 }
 
 // serverNow returns the server's clock (hello's localTime), truncated to
@@ -315,79 +356,129 @@ func lockID(coll string, g *string) string {
 	return strconv.Itoa(len(coll)) + ":" + coll + ":g:" + *g
 }
 
-// mongoGroupWindow bounds the PENDING documents one claim reads to find
-// groups: per limit item, at most this many index entries.
+// mongoGroupWindow bounds the PENDING and PROCESSING documents one claim
+// reads to find groups: per limit item, at most this many index entries.
 const mongoGroupWindow = 4
 
 // mongoGroups returns groups of t with PENDING documents and none
-// PROCESSING, in turn: the null group first (if it has any), then the named
-// groups after last by name, wrapping around. It reads at most window
-// PENDING documents' groups, in the seed's index order, so its cost does
-// not grow with the backlog.
-func (s *Store) mongoGroups(ctx context.Context, t *table, last *string, window int) ([]*string, error) {
-	names := func(filter bson.D, limit int) ([]string, error) {
-		cur, err := t.coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "messageGroup", Value: 1}, {Key: "createdAt", Value: 1}}).
-			SetProjection(bson.D{{Key: "messageGroup", Value: 1}}).SetLimit(int64(limit)).SetBatchSize(int32(min(limit, 10000))))
+// PROCESSING seen, in turn: the null group first (if it has any), then the
+// named groups after last by name, wrapping around. It reads at most window
+// PENDING and PROCESSING documents' group and status, in the order of the
+// seed's index within each status (groups, then createdAt), so its cost
+// does not grow with the backlog; a group with a PROCESSING document among
+// them is in flight and left out (claimGroup checks again under the lock).
+//
+// While the unfinished documents fit in the window (fit: the last claim saw
+// them all), and on the first turn (last nil), that is one read from the
+// start (null first), rotated here. Otherwise it reads the named groups
+// after last (and, at the end, from the start again) and asks whether the
+// null group has any.
+func (s *Store) mongoGroups(ctx context.Context, t *table, last *string, fit bool, window int) ([]*string, error) {
+	busy := map[string]bool{}
+	null, nullBusy := false, false
+	// scan reads up to window entries with messageGroup matching bound
+	// (nil: any, null included) and reports whether it saw them all.
+	scan := func(bound any) ([]string, bool, error) {
+		filter := bson.D{{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusPending, StatusProcessing}}}}}
+		if bound != nil {
+			filter = append(filter, bson.E{Key: "messageGroup", Value: bound})
+		}
+		cur, err := t.coll.Find(ctx, filter,
+			options.Find().SetSort(bson.D{{Key: "messageGroup", Value: 1}, {Key: "createdAt", Value: 1}}).
+				SetProjection(bson.D{{Key: "_id", Value: 0}, {Key: "messageGroup", Value: 1}, {Key: "status", Value: 1}}).
+				SetLimit(int64(window)).SetBatchSize(int32(min(window, 10000))))
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		defer cur.Close(ctx)
 		var out []string
+		n := 0
 		for cur.Next(ctx) {
-			if g, ok := cur.Current.Lookup("messageGroup").StringValueOK(); ok && (len(out) == 0 || out[len(out)-1] != g) {
+			n++
+			inFlight := false
+			if st, _ := cur.Current.Lookup("status").StringValueOK(); st == StatusProcessing {
+				inFlight = true
+			}
+			g, ok := cur.Current.Lookup("messageGroup").StringValueOK()
+			if !ok {
+				null = null || !inFlight
+				nullBusy = nullBusy || inFlight
+				continue
+			}
+			busy[g] = busy[g] || inFlight
+			if len(out) == 0 || out[len(out)-1] != g {
 				out = append(out, g)
 			}
 		}
-		return out, cur.Err()
+		return out, n < window, cur.Err()
 	}
-	pending := bson.E{Key: "status", Value: StatusPending}
-	from := ""
-	if last != nil {
-		from = *last
-	}
-	named, err := names(bson.D{pending, {Key: "messageGroup", Value: bson.D{{Key: "$gt", Value: from}}}}, window)
-	if err != nil {
-		return nil, err
-	}
-	if last != nil && len(named) < window {
-		// Wrap around.
-		more, err := names(bson.D{pending, {Key: "messageGroup", Value: bson.D{{Key: "$lte", Value: from}}}}, window)
+	var named []string
+	fits, done, nullKnown := false, false, false
+	if last == nil || fit {
+		all, complete, err := scan(nil)
 		if err != nil {
 			return nil, err
 		}
-		named = append(named, more...)
-	}
-	// Groups with a PROCESSING document wait (checked again under the
-	// lock); this read is bounded by what is in flight.
-	busy := map[string]bool{}
-	nullBusy := false
-	cur, err := t.coll.Find(ctx, bson.D{{Key: "status", Value: StatusProcessing}}, options.Find().SetProjection(bson.D{{Key: "messageGroup", Value: 1}}).SetBatchSize(10000))
-	if err != nil {
-		return nil, err
-	}
-	for cur.Next(ctx) {
-		if g, ok := cur.Current.Lookup("messageGroup").StringValueOK(); ok {
-			busy[g] = true
-		} else {
-			nullBusy = true
+		// The null group sorts first: this read saw it if it has any.
+		nullKnown = true
+		switch {
+		case complete:
+			fits, done = true, true
+			// Rotate: the groups after last, then the rest.
+			from := 0
+			if last != nil {
+				from = sort.SearchStrings(all, *last)
+				if from < len(all) && all[from] == *last {
+					from++
+				}
+			}
+			named = append(all[from:len(all):len(all)], all[:from]...)
+		case last == nil && len(all) > 0:
+			// The first turn: the groups from the start.
+			named, done = all, true
 		}
 	}
-	err = cur.Err()
-	_ = cur.Close(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []*string
-	if !s.unorderedNull && !nullBusy {
-		// The sort puts null first, but a $gt bound leaves it out: ask.
-		err := t.coll.FindOne(ctx, bson.D{pending, {Key: "messageGroup", Value: nil}},
-			options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
-		switch {
-		case err == nil:
-			out = append(out, nil)
-		case !errors.Is(err, mongo.ErrNoDocuments):
+	if !done {
+		clear(busy)
+		// Every string is $gte "": the first turn starts at the empty group.
+		var bound bson.D
+		if last == nil {
+			bound = bson.D{{Key: "$gte", Value: ""}}
+		} else {
+			bound = bson.D{{Key: "$gt", Value: *last}}
+		}
+		var complete bool
+		var err error
+		if named, complete, err = scan(bound); err != nil {
 			return nil, err
 		}
+		if last != nil && complete {
+			// Wrap around.
+			more, _, err := scan(bson.D{{Key: "$lte", Value: *last}})
+			if err != nil {
+				return nil, err
+			}
+			named = append(named, more...)
+		}
+		// The sort puts null first, but the string bound leaves it out:
+		// ask. A null group in flight is found under the lock.
+		if !s.unorderedNull && !nullKnown {
+			err := t.coll.FindOne(ctx, bson.D{{Key: "status", Value: StatusPending}, {Key: "messageGroup", Value: nil}},
+				options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
+			switch {
+			case err == nil:
+				null = true
+			case !errors.Is(err, mongo.ErrNoDocuments):
+				return nil, err
+			}
+		}
+	}
+	s.mu.Lock()
+	t.groupsFit = fits
+	s.mu.Unlock()
+	var out []*string
+	if !s.unorderedNull && null && !nullBusy {
+		out = append(out, nil)
 	}
 	seen := map[string]bool{}
 	for i := range named {
@@ -399,35 +490,42 @@ func (s *Store) mongoGroups(ctx context.Context, t *table, last *string, window 
 	return out, nil
 }
 
-// claimMongo claims up to limit documents of t; see NewMongo.
-func (s *Store) claimMongo(ctx context.Context, t *table, limit int, owner string) ([]outbox.Message, error) {
-	fail := func(err error) ([]outbox.Message, error) {
-		return nil, fmt.Errorf("seedstore: claim %s: %w", t.raw, err)
-	}
-	now, err := s.serverNow(ctx)
-	if err != nil {
-		return fail(err)
+// claimMongo claims up to limit documents of t at now (the server's
+// clock, read once per MessageClaim); see NewMongo. It reports whether it
+// stopped early (claimPace) with groups left to try: the processor is then
+// woken to claim again at once.
+func (s *Store) claimMongo(ctx context.Context, t *table, limit int, owner string, now time.Time) ([]outbox.Message, bool, error) {
+	fail := func(err error) ([]outbox.Message, bool, error) {
+		return nil, false, fmt.Errorf("seedstore: claim %s: %w", t.raw, err)
 	}
 	// Round robin: start after the group this Store claimed from last.
 	s.mu.Lock()
-	last := t.lastGroup
+	last, fit := t.lastGroup, t.groupsFit
 	s.mu.Unlock()
-	groups, err := s.mongoGroups(ctx, t, last, min(mongoGroupWindow*limit, 20000))
+	groups, err := s.mongoGroups(ctx, t, last, fit, min(mongoGroupWindow*limit, 20000))
 	if err != nil {
 		return fail(err)
 	}
 	token := owner + ":" + hex.EncodeToString([]byte(strconv.FormatInt(time.Now().UnixNano(), 36)))
 	var out []outbox.Message
 	var claimed []time.Time
-	began := time.Now()
-	for start := 0; start < len(groups) && len(out) < limit; start += mongoLockChunk {
-		if len(out) > 0 && (time.Since(began) > mongoClaimBudget || callerGone(ctx)) {
-			break // hand out what is leased; the next poll takes more
+	pace := &claimPace{first: !s.mg.claimed.Load(), budget: s.mg.budget}
+	cut := false
+	// Locks are taken a batch of groups at a time, the batches growing
+	// from mongoLockChunk: a claim that needs few groups locks few, one
+	// that needs many makes few round trips.
+	size := mongoLockChunk
+	for start := 0; start < len(groups) && len(out) < limit; {
+		if len(out) > 0 && (pace.enough() || callerGone(ctx)) {
+			cut = !callerGone(ctx)
+			break // hand out what is leased; the next claim takes more
 		}
 		if callerGone(ctx) {
-			return nil, context.Canceled // nothing leased yet
+			return nil, false, context.Canceled // nothing leased yet
 		}
-		chunk := groups[start:min(start+mongoLockChunk, len(groups))]
+		chunk := groups[start:min(start+size, len(groups))]
+		start += len(chunk)
+		size = min(2*size, mongoMaxLockChunk)
 		won, err := s.lockGroups(ctx, t, chunk, token, now)
 		if err != nil {
 			if len(out) > 0 {
@@ -436,16 +534,21 @@ func (s *Store) claimMongo(ctx context.Context, t *table, limit int, owner strin
 			return fail(err)
 		}
 		for _, g := range won {
-			if len(out) >= limit || (len(out) > 0 && (time.Since(began) > mongoClaimBudget || callerGone(ctx))) {
+			if len(out) >= limit {
 				break
 			}
-			msgs, err := s.claimGroup(ctx, t, g, min(limit-len(out), s.chunk), now, owner, began.Add(mongoClaimBudget))
+			if len(out) > 0 && (pace.enough() || callerGone(ctx)) {
+				cut = !callerGone(ctx) // this group and the rest untried
+				start = len(groups)
+				break
+			}
+			msgs, err := s.claimGroup(ctx, t, g, min(limit-len(out), s.chunk), now, owner, pace)
 			if err != nil {
 				s.unlockGroups(context.WithoutCancel(ctx), t, won, token)
 				if len(out) > 0 {
 					s.log.WarnContext(ctx, "seedstore: claim failed", "collection", t.raw, "err", err)
 					s.remember(t, out, claimed)
-					return out, nil
+					return out, false, nil
 				}
 				return fail(err)
 			}
@@ -462,7 +565,7 @@ func (s *Store) claimMongo(ctx context.Context, t *table, limit int, owner strin
 		s.unlockGroups(context.WithoutCancel(ctx), t, won, token)
 	}
 	if s.unorderedNull && len(out) < limit && !callerGone(ctx) {
-		msgs, err := s.claimUnorderedMongo(ctx, t, limit-len(out), now, owner, began.Add(mongoClaimBudget))
+		msgs, err := s.claimUnorderedMongo(ctx, t, limit-len(out), now, owner, pace)
 		if err != nil && len(out) == 0 {
 			return fail(err)
 		}
@@ -475,7 +578,7 @@ func (s *Store) claimMongo(ctx context.Context, t *table, limit int, owner strin
 		out = append(out, msgs...)
 	}
 	s.remember(t, out, claimed)
-	return out, nil
+	return out, cut && len(out) < limit, nil
 }
 
 // lockGroups takes the locks of the groups it can, taking over locks
@@ -548,24 +651,23 @@ func (s *Store) unlockGroups(ctx context.Context, t *table, groups []*string, to
 
 // claimGroup leases, under the group's lock, the run of due PENDING
 // documents at the head of group g's unfinished documents, at most n:
-// none while a document of g is PROCESSING. Filters are equalities on the
-// seed's index fields (which FerretDB also pushes down to its backend).
-func (s *Store) claimGroup(ctx context.Context, t *table, g *string, n int, now time.Time, owner string, deadline time.Time) ([]outbox.Message, error) {
-	err := t.coll.FindOne(ctx, bson.D{{Key: "status", Value: StatusProcessing}, groupFilter(g)},
-		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
-	if err == nil {
-		return nil, nil // in flight
-	}
-	if !errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, err
-	}
-	rows, err := findRows(ctx, t.coll, bson.D{{Key: "status", Value: StatusPending}, groupFilter(g)},
-		options.Find().SetSort(byOrder).SetLimit(int64(n)))
+// none while a document of g is PROCESSING. One read finds both: the
+// group's PENDING and PROCESSING documents sorted by status descending
+// ("PROCESSING" sorts after "PENDING", so a document in flight comes
+// first), then createdAt, _id. The group is an equality (which FerretDB
+// also pushes down to its backend).
+func (s *Store) claimGroup(ctx context.Context, t *table, g *string, n int, now time.Time, owner string, pace *claimPace) ([]outbox.Message, error) {
+	rows, err := findRows(ctx, t.coll, bson.D{
+		{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusPending, StatusProcessing}}}}, groupFilter(g),
+	}, options.Find().SetSort(bson.D{{Key: "status", Value: -1}, {Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).SetLimit(int64(n)))
 	if err != nil {
 		return nil, err
 	}
 	var take []row
 	for _, r := range rows {
+		if r.status != StatusPending {
+			break // in flight
+		}
 		if r.processedAt.Valid && r.processedAt.Time.After(now) {
 			break // waits for a retry, and so does the rest of the group
 		}
@@ -574,25 +676,30 @@ func (s *Store) claimGroup(ctx context.Context, t *table, g *string, n int, now 
 	if len(take) == 0 {
 		return nil, nil
 	}
-	return s.leaseRows(ctx, t, take, groupFilter(g), now, owner, deadline)
+	return s.leaseRows(ctx, t, take, groupFilter(g), now, owner, pace)
 }
 
 // leaseRows marks rows (read PENDING under a lock) PROCESSING at now and
 // returns those whose update applied. scope narrows the update (the
 // group), so that FerretDB pushes its equality filters down.
-func (s *Store) leaseRows(ctx context.Context, t *table, take []row, scope bson.E, now time.Time, owner string, deadline time.Time) ([]outbox.Message, error) {
+func (s *Store) leaseRows(ctx context.Context, t *table, take []row, scope bson.E, now time.Time, owner string, pace *claimPace) ([]outbox.Message, error) {
 	ids := make([]string, len(take))
 	for i := range take {
 		ids[i] = take[i].id
 	}
-	// Chunks grow from mongoFirstChunk: once the claim's time is up, it
-	// stops after a chunk, leasing a prefix of the group (the rest waits
-	// behind it), so a slow server sends the first rows early.
+	// One update per mongoChunk documents (a Store's first claim starts
+	// with mongoFirstChunk): once the claim has leased enough, it stops
+	// after a chunk, leasing a prefix of the group (the rest waits behind
+	// it).
 	var matched int64
-	done, size := 0, mongoFirstChunk
+	done := 0
 	for done < len(ids) {
-		if done > 0 && (time.Now().After(deadline) || callerGone(ctx)) {
+		if done > 0 && (pace.enough() || callerGone(ctx)) {
 			break
+		}
+		size := mongoChunk
+		if done == 0 && pace.first {
+			size = mongoFirstChunk
 		}
 		chunk := ids[done:min(done+size, len(ids))]
 		res, err := t.coll.UpdateMany(ctx, append(bson.D{{Key: "status", Value: StatusPending}, scope}, idFilter(chunk)...),
@@ -604,9 +711,9 @@ func (s *Store) leaseRows(ctx context.Context, t *table, take []row, scope bson.
 			s.log.WarnContext(ctx, "seedstore: claim failed", "collection", t.raw, "err", err)
 			break
 		}
+		pace.leased()
 		matched += res.MatchedCount
 		done += len(chunk)
-		size = min(2*size, mongoChunk)
 	}
 	take, ids = take[:done], ids[:done]
 	if int(matched) != len(ids) {
@@ -632,7 +739,7 @@ func (s *Store) leaseRows(ctx context.Context, t *table, take []row, scope bson.
 
 // claimUnorderedMongo claims null-group documents without FIFO
 // (Options.UnorderedNullGroup), each under its own lock.
-func (s *Store) claimUnorderedMongo(ctx context.Context, t *table, limit int, now time.Time, owner string, deadline time.Time) ([]outbox.Message, error) {
+func (s *Store) claimUnorderedMongo(ctx context.Context, t *table, limit int, now time.Time, owner string, pace *claimPace) ([]outbox.Message, error) {
 	rows, err := findRows(ctx, t.coll, bson.D{
 		{Key: "status", Value: StatusPending}, {Key: "messageGroup", Value: nil},
 		{Key: "$or", Value: bson.A{bson.D{{Key: "processedAt", Value: nil}}, bson.D{{Key: "processedAt", Value: bson.D{{Key: "$lte", Value: now}}}}}},
@@ -676,13 +783,13 @@ func (s *Store) claimUnorderedMongo(ctx context.Context, t *table, limit int, no
 	if err != nil || len(fresh) == 0 {
 		return nil, err
 	}
-	return s.leaseRows(ctx, t, fresh, nullGroup, now, owner, deadline)
+	return s.leaseRows(ctx, t, fresh, nullGroup, now, owner, pace)
 }
 
-// finishMongo applies outcomes: per collection it reads the documents, keeps
-// the outcomes whose document is still PROCESSING with the processedAt of
-// this Store's claim, and writes them with updates fenced the same way. It
-// returns the ids of the others.
+// finishMongo applies outcomes: per collection, one updateMany per
+// (claim time, values) and mongoChunk documents, fenced by the lease (the
+// document is PROCESSING with the processedAt this Store's claim wrote).
+// It returns the ids of the outcomes that did not apply.
 func (s *Store) finishMongo(ctx context.Context, work map[*table]*perTable, now time.Time) ([]string, error) {
 	var lost []string
 	for _, t := range s.tables {
@@ -698,22 +805,6 @@ func (s *Store) finishMongo(ctx context.Context, work map[*table]*perTable, now 
 }
 
 func (s *Store) finishTableMongo(ctx context.Context, t *table, w *perTable, now time.Time, lost *[]string) error {
-	var all []string
-	for _, b := range []*batch{&w.sent, &w.retry, &w.dead, &w.released} {
-		all = append(all, b.ids...)
-	}
-	cur := map[string]row{}
-	for start := 0; start < len(all); start += mongoChunk {
-		// status first: an equality FerretDB pushes down.
-		rows, err := findRows(ctx, t.coll, append(bson.D{{Key: "status", Value: StatusProcessing}}, idFilter(all[start:min(start+mongoChunk, len(all))])...),
-			options.Find().SetProjection(bson.D{{Key: "status", Value: 1}, {Key: "processedAt", Value: 1}}))
-		if err != nil {
-			return err
-		}
-		for _, r := range rows {
-			cur[r.id] = r
-		}
-	}
 	// Outcomes with the same claim time and the same values are written
 	// by one fenced updateMany.
 	type key struct {
@@ -727,18 +818,12 @@ func (s *Store) finishTableMongo(ctx context.Context, t *table, w *perTable, now
 	var order []key
 	changes := map[key]*change{}
 	add := func(b *batch, i int, set bson.D) {
-		id := b.ids[i]
-		c, ok := cur[id]
-		if !ok || c.status != StatusProcessing || !c.processedAt.Valid || !c.processedAt.Time.Equal(b.claimed[i].UTC().Truncate(time.Millisecond)) {
-			*lost = append(*lost, id)
-			return
-		}
-		k := key{claimed: c.processedAt.Time, set: fmt.Sprint(set)}
+		k := key{claimed: b.claimed[i].UTC().Truncate(time.Millisecond), set: fmt.Sprint(set)}
 		if changes[k] == nil {
 			order = append(order, k)
 			changes[k] = &change{set: set}
 		}
-		changes[k].ids = append(changes[k].ids, id)
+		changes[k].ids = append(changes[k].ids, b.ids[i])
 	}
 	after := func(us int64) time.Time {
 		return now.Add(time.Duration(us) * time.Microsecond).Truncate(time.Millisecond)
@@ -770,14 +855,52 @@ func (s *Store) finishTableMongo(ctx context.Context, t *table, w *perTable, now
 				return err
 			}
 			if int(res.MatchedCount) != len(ids) {
-				// A recovery moved some between the read and the write:
-				// those are PENDING again and will be sent again.
-				s.log.WarnContext(ctx, "seedstore: some outcomes lost their lease while being written",
-					"collection", t.raw, "outcomes", len(ids), "applied", res.MatchedCount)
+				// Some leases were lost (recovered, maybe claimed again):
+				// the documents that do not hold what this update wrote
+				// (its status and processedAt, to the millisecond of this
+				// finish's server time) are the ones it did not apply to.
+				applied, err := s.holding(ctx, t, ids, c.set)
+				if err != nil {
+					return err
+				}
+				for _, id := range ids {
+					if !applied[id] {
+						*lost = append(*lost, id)
+					}
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// holding returns which of ids hold set's status and processedAt.
+func (s *Store) holding(ctx context.Context, t *table, ids []string, set bson.D) (map[string]bool, error) {
+	var status string
+	var at any
+	for _, e := range set {
+		switch e.Key {
+		case "status":
+			status, _ = e.Value.(string)
+		case "processedAt":
+			at = e.Value
+		}
+	}
+	rows, err := findRows(ctx, t.coll, append(bson.D{{Key: "status", Value: status}}, idFilter(ids)...),
+		options.Find().SetProjection(bson.D{{Key: "status", Value: 1}, {Key: "processedAt", Value: 1}}))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, r := range rows {
+		switch want := at.(type) {
+		case time.Time:
+			out[r.id] = r.processedAt.Valid && r.processedAt.Time.Equal(want)
+		default: // null
+			out[r.id] = !r.processedAt.Valid
+		}
+	}
+	return out, nil
 }
 
 // recoverMongo puts t's stuck PROCESSING documents back to PENDING (or,

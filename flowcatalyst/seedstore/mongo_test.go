@@ -142,3 +142,99 @@ func (g groupRecorder) OnSent(_ context.Context, e outbox.AttemptEvent) {
 		g.null.Add(1)
 	}
 }
+
+// Documents inserted late with an earlier createdAt than their group's
+// document in flight wait for it, even when there are more of them than a
+// claim reads (the claim's look at the groups then sees only them): the
+// group's own read under its lock puts PROCESSING documents first.
+func TestMongoLateDocumentsWaitForTheirGroupInFlight(t *testing.T) {
+	t.Parallel()
+	b := setupMongo(t)
+	at := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
+	b.insertPlain(t, flowcatalyst.TopicEvent, "A", "g", 10, at.Add(10*time.Millisecond))
+	b.insertPlain(t, flowcatalyst.TopicEvent, "C", "g", 11, at.Add(11*time.Millisecond))
+	first := claim(t, b.store, 1, time.Now())
+	if got := ids(first); len(got) != 1 || got[0] != "A" {
+		t.Fatalf("first claim: %v, want [A]", got)
+	}
+	want := []string{}
+	for i := 1; i <= 6; i++ {
+		id := fmt.Sprint("B", i)
+		b.insertPlain(t, flowcatalyst.TopicEvent, id, "g", i, at.Add(time.Duration(i)*time.Millisecond))
+		want = append(want, id)
+	}
+	if got := ids(claim(t, b.store, 1, time.Now())); len(got) != 0 {
+		t.Fatalf("claimed %v while A of the same group is in flight", got)
+	}
+	res, err := b.store.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: "p1", Now: time.Now(),
+		Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, Topic: first[0].Topic, ID: "A", Attempt: first[0].Attempts}}})
+	if err != nil || len(res.LeaseLost) > 0 {
+		t.Fatalf("finish: %v, lost %v", err, res.LeaseLost)
+	}
+	want = append(want, "C")
+	if got := ids(claim(t, b.store, 10, time.Now())); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after A: %v, want %v", got, want)
+	}
+}
+
+// A group named "" (a string, not null) is claimed from the first claim
+// on, like any other group.
+func TestMongoEmptyStringGroupIsClaimed(t *testing.T) {
+	t.Parallel()
+	b := setupMongo(t)
+	_, err := b.coll(flowcatalyst.TopicEvent).InsertOne(context.Background(), bson.D{{Key: "_id", Value: "E1"}, {Key: "type", Value: "EVENT"},
+		{Key: "messageGroup", Value: ""}, {Key: "payload", Value: `{}`}, {Key: "status", Value: "PENDING"}, {Key: "retryCount", Value: 0},
+		{Key: "createdAt", Value: time.Now().UTC().Add(-time.Minute)}, {Key: "processedAt", Value: nil}, {Key: "errorMessage", Value: nil}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(claim(t, b.store, 10, time.Now())); len(got) != 1 || got[0] != "E1" {
+		t.Fatalf("claimed %v, want [E1]", got)
+	}
+}
+
+// A lost lease is reported by a finish on MongoDB: the outcome of a
+// document recovered (and claimed again) since its claim does not apply,
+// the others of the same finish do.
+func TestMongoFinishReportsLostLeases(t *testing.T) {
+	t.Parallel()
+	b := setupMongo(t)
+	at := time.Now().UTC().Add(-time.Hour)
+	b.insertPlain(t, flowcatalyst.TopicEvent, "A", "a", 1, at)
+	b.insertPlain(t, flowcatalyst.TopicEvent, "B", "b", 1, at.Add(time.Millisecond))
+	// A Store's first claim hands out its first group at once.
+	msgs := claim(t, b.store, 10, time.Now())
+	msgs = append(msgs, claim(t, b.store, 10, time.Now())...)
+	if len(msgs) != 2 {
+		t.Fatalf("claimed %v, want A and B", ids(msgs))
+	}
+	// A's lease is lost: recovered by another processor and claimed again.
+	other, err := seedstore.NewMongo(b.db, seedstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.coll(flowcatalyst.TopicEvent).UpdateOne(context.Background(), bson.D{{Key: "_id", Value: "A"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: "PENDING"}, {Key: "processedAt", Value: nil}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(claim(t, other, 10, time.Now())); len(got) != 1 || got[0] != "A" {
+		t.Fatalf("the other store claimed %v, want [A]", got)
+	}
+	var outcomes []outbox.Outcome
+	for _, m := range msgs {
+		outcomes = append(outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts})
+	}
+	res, err := b.store.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: "p1", Now: time.Now(), Outcomes: outcomes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.LeaseLost) != 1 || res.LeaseLost[0] != "A" {
+		t.Errorf("leases lost %v, want [A]", res.LeaseLost)
+	}
+	if n := b.count(t, flowcatalyst.TopicEvent, bson.D{{Key: "_id", Value: "A"}, {Key: "status", Value: "PROCESSING"}}); n != 1 {
+		t.Error("A's outcome was applied over the other processor's lease")
+	}
+	if n := b.count(t, flowcatalyst.TopicEvent, bson.D{{Key: "_id", Value: "B"}, {Key: "status", Value: "COMPLETED"}}); n != 1 {
+		t.Error("B's outcome was not applied")
+	}
+}

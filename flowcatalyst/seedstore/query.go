@@ -7,6 +7,8 @@ import (
 	"sort"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/outboxkit/outboxkit/flowcatalyst"
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -48,6 +50,22 @@ func (s *Store) MessageGet(ctx context.Context, p outbox.MessageGetParams) (outb
 		}
 	}
 	return outbox.Message{}, outbox.ErrNotFound
+}
+
+// Ping implements outbox.Pinger, the processor's start-up probe: on
+// MongoDB the ping command (a one-document listing sorted by _id would read
+// the whole collection on a server that sorts in memory, like FerretDB);
+// on PostgreSQL and MySQL a one-row listing, which also finds missing
+// tables.
+func (s *Store) Ping(ctx context.Context) error {
+	if s.mg != nil {
+		if err := s.mg.db.RunCommand(ctx, bson.D{{Key: "ping", Value: 1}}).Err(); err != nil {
+			return fmt.Errorf("seedstore: ping: %w", err)
+		}
+		return nil
+	}
+	_, err := s.MessageList(ctx, outbox.MessageListParams{Limit: 1})
+	return err
 }
 
 // MessageList returns rows ordered by id (a TSID, so by creation), filtered

@@ -173,6 +173,7 @@ type table struct {
 
 	coll      *mongo.Collection // NewMongo
 	lastGroup *string           // NewMongo: the group claimed last (round robin); guarded by Store.mu
+	groupsFit bool              // NewMongo: the last claim saw every unfinished document; guarded by Store.mu
 }
 
 // dialect is the database a Store works on.
@@ -196,6 +197,8 @@ type Store struct {
 	unorderedNull  bool
 	recoveryCounts bool
 	chunk          int
+
+	wake chan struct{} // Wakeups (MongoDB)
 
 	mu          sync.Mutex
 	leases      map[leaseKey]lease
@@ -263,7 +266,8 @@ func newStore(db DB, opts Options, d dialect) (*Store, error) {
 		opts.MaxClaimPerGroup = outbox.MaxClaimLimit
 	}
 	s := &Store{db: db, mysql: mysql, log: opts.Logger, leases: map[leaseKey]lease{},
-		unorderedNull: opts.UnorderedNullGroup, recoveryCounts: opts.RecoveryCountsAttempt, chunk: opts.MaxClaimPerGroup}
+		unorderedNull: opts.UnorderedNullGroup, recoveryCounts: opts.RecoveryCountsAttempt, chunk: opts.MaxClaimPerGroup,
+		wake: make(chan struct{}, 1)}
 	for _, t := range []struct{ topic, name, field string }{
 		{flowcatalyst.TopicEvent, opts.EventsTable, "Options.EventsTable"},
 		{flowcatalyst.TopicDispatchJob, opts.DispatchJobsTable, "Options.DispatchJobsTable"},
