@@ -4,10 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -77,7 +80,10 @@ func (s *Store) MessageEnqueue(ctx context.Context, p outbox.MessageEnqueueParam
 // error matching outbox.ErrInvalidInput before any statement runs, so tx
 // stays usable. A message whose (Tenant, IdempotencyKey) is already stored
 // (or earlier in the same call) is not inserted: its result holds the stored
-// message with Existed = true, and tx stays usable.
+// message with Existed = true, and tx stays usable. A caller-chosen ID
+// already used by a message with another (Tenant, IdempotencyKey) fails
+// the statement with an error matching outbox.ErrInvalidInput, and tx is
+// aborted (roll it back).
 //
 // Enqueueing into an ordered group (Group != "") takes a transaction-level
 // lock on that group: a second transaction enqueueing into the same group
@@ -191,7 +197,7 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 	}
 	r, err := query(ctx, stmt, args...)
 	if err != nil {
-		return nil, wrapErr("enqueue", err)
+		return nil, enqueueErr(err)
 	}
 	seqs := make(map[string]int64, n)
 	for r.Next() {
@@ -199,13 +205,13 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		var seq int64
 		if err := r.Scan(&id, &seq); err != nil {
 			r.Close()
-			return nil, wrapErr("enqueue", err)
+			return nil, enqueueErr(err)
 		}
 		seqs[id] = seq
 	}
 	r.Close()
 	if err := r.Err(); err != nil {
-		return nil, wrapErr("enqueue", err)
+		return nil, enqueueErr(err)
 	}
 
 	out := make([]outbox.Enqueued, n)
@@ -246,9 +252,24 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		}
 		m, ok := found[tenantKey{msgs[i].Tenant, msgs[i].IdempotencyKey}]
 		if !ok {
+			// Not reached in practice (a clash on the ID alone fails the
+			// statement, see enqueueErr), kept for safety.
 			return nil, fmt.Errorf("message %d: %w", i, outbox.InvalidParam("ID", "is already used by another message"))
 		}
 		out[i] = outbox.Enqueued{Message: m, Existed: true}
 	}
 	return out, nil
+}
+
+// enqueueErr wraps an error of the enqueue statement. The statement skips
+// a message whose (tenant, idempotency key) is stored already; an ID used
+// by a message with another key or tenant (caller-chosen IDs only) fails
+// the statement, and so the caller's transaction, with an error matching
+// outbox.ErrInvalidInput.
+func enqueueErr(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" && strings.HasSuffix(pe.ConstraintName, "messages_pkey") {
+		return fmt.Errorf("postgres: enqueue: %w (the transaction is aborted)", outbox.InvalidParam("ID", "is already used by another message"))
+	}
+	return wrapErr("enqueue", err)
 }

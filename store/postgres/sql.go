@@ -90,7 +90,9 @@ func buildSQL(s *Store) sqlText {
 	FROM input i CROSS JOIN locks l
 	WHERE l.n >= 0
 	ORDER BY i.ord
-	ON CONFLICT DO NOTHING
+	-- Only the idempotency key is an arbiter: one index probe per row
+	-- instead of two (an ID used by another key is an error, see enqueue).
+	ON CONFLICT (tenant, idempotency_key) DO NOTHING
 	RETURNING id, seq
 )` + notifyCTE + `
 SELECT ins.id, ins.seq FROM ins` + notifyJoin)

@@ -179,6 +179,43 @@ func TestEnqueueTxCommitRollbackAndIdempotency(t *testing.T) {
 	}
 }
 
+// TestEnqueueCallerIDClash: a caller-chosen ID already used by a message
+// with another key is refused with an ErrInvalidInput error (the statement
+// failed, so the transaction is aborted), and nothing is stored; the same
+// ID and key again is an idempotent repeat.
+func TestEnqueueCallerIDClash(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := outbox.NewID(time.Now())
+	first := msg("t", "g", 1)
+	first.ID, first.IdempotencyKey = id, "a"
+	b.enqueue(first)
+	clash := msg("t", "g", 2)
+	clash.ID, clash.IdempotencyKey = id, "b"
+	tx, err := b.pg.Pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.ob.EnqueueTx(b.ctx, tx, clash)
+	if !errors.Is(err, outbox.ErrInvalidInput) || !strings.Contains(err.Error(), "ID") {
+		t.Fatalf("clash: err = %v, want an ErrInvalidInput on ID", err)
+	}
+	_ = tx.Rollback(b.ctx)
+	other := msg("t", "g", 3)
+	other.ID, other.Tenant, other.IdempotencyKey = id, "other-tenant", "a"
+	if _, err := b.ob.Enqueue(b.ctx, other); !errors.Is(err, outbox.ErrInvalidInput) {
+		t.Fatalf("clash in another tenant: err = %v, want an ErrInvalidInput", err)
+	}
+	r := b.enqueue(first)
+	if !r[0].Existed || payloadN(t, r[0].Message) != 1 {
+		t.Fatalf("repeat of the first: %+v", r[0])
+	}
+	cnt, err := b.store.MessageCount(b.ctx, outbox.MessageCountParams{})
+	if err != nil || cnt[outbox.StatusPending] != 1 {
+		t.Fatalf("count = %v, %v", cnt, err)
+	}
+}
+
 func TestEnqueueSameKeyFromConcurrentTransactions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
