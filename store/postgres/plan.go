@@ -21,12 +21,16 @@ import (
 //     statements is an index lookup by construction (group heads, runs,
 //     leases by id); a whole-table scan is never the right plan for them,
 //     whatever the statistics say, including none.
+//   - jit off: a disabled access path the planner must still use (a scan
+//     of a tiny table) is costed at 10^10, far above jit_above_cost, and
+//     compiling the statement then took 0.7 s for a millisecond's work.
 //
 // The settings are local to the statement's transaction (set_config with
 // is_local): the caller's connection keeps its own.
 const planSettings = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true),
 	set_config('enable_seqscan', 'off', true),
-	set_config('enable_bitmapscan', 'off', true)`
+	set_config('enable_bitmapscan', 'off', true),
+	set_config('jit', 'off', true)`
 
 // tidSettings are planSettings for a statement that finds its rows by
 // tuple ID (the outcome statement, see MessageFinish): with index scans off
@@ -37,6 +41,7 @@ const planSettings = `SELECT set_config('plan_cache_mode', 'force_custom_plan', 
 const tidSettings = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true),
 	set_config('enable_seqscan', 'off', true),
 	set_config('enable_bitmapscan', 'off', true),
+	set_config('jit', 'off', true),
 	set_config('enable_indexscan', 'off', true),
 	set_config('enable_indexonlyscan', 'off', true)`
 
