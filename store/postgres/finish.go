@@ -160,6 +160,9 @@ func (s *Store) finish(ctx context.Context, now time.Time, owner string, outcome
 	if len(sID) > 0 {
 		mask |= finishSent
 		args = withTID(append(args, sID, sAtt, sPMID, sResp, sStart), sTID)
+		if len(s.opts.DeleteSentTopics) > 0 {
+			args = append(args, s.opts.DeleteSentTopics)
+		}
 	}
 	if len(rID) > 0 {
 		mask |= finishRetry

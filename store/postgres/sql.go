@@ -251,8 +251,9 @@ ORDER BY u.seq`)
 
 	var finish, finishTID [16]string
 	for mask := range finish {
-		finish[mask] = q(finishSQL(mask, false))
-		finishTID[mask] = q(finishSQL(mask, true))
+		del := len(s.opts.DeleteSentTopics) > 0
+		finish[mask] = q(finishSQL(mask, false, del))
+		finishTID[mask] = q(finishSQL(mask, true, del))
 	}
 
 	// Recovery: an expired lease goes back to PENDING without its attempt
@@ -397,8 +398,10 @@ const (
 
 // finishSQL returns the MessageFinish statement for the kinds in mask. $1 is
 // now, $2 the owner, $3 the NOTIFY channel (empty for none); each present kind
-// then takes its arrays, in the order sent, retry, dead, released.
-func finishSQL(mask int, byTID bool) string {
+// then takes its arrays, in the order sent, retry, dead, released, each
+// followed by its tuple IDs with byTID; with deleteSent the sent kind then
+// takes the topics whose sent messages are deleted.
+func finishSQL(mask int, byTID, deleteSent bool) string {
 	n := 3
 	arg := func(typ string) string {
 		n++
@@ -424,13 +427,28 @@ func finishSQL(mask int, byTID bool) string {
 	}
 	var ctes, attempts, applied []string
 	if mask&finishSent != 0 {
+		src := from("id, attempt, pmid, resp, started", "text[]", "int4[]", "text[]", "text[]", "timestamptz[]")
+		keep := ""
+		if deleteSent {
+			// Options.DeleteSentTopics: those messages are deleted (with
+			// their attempt history, if any) instead of updated.
+			topics := arg("text[]")
+			keep = " AND NOT m.topic = ANY(" + topics + ")"
+			ctes = append(ctes, `s_del AS (
+	DELETE FROM {T} m USING `+src+` AND m.topic = ANY(`+topics+`)
+	RETURNING m.id
+)`, `s_hist AS (
+	DELETE FROM {A} a WHERE a.message_id = ANY(ARRAY(SELECT id FROM s_del))
+)`)
+			applied = append(applied, "SELECT id FROM s_del")
+		}
 		ctes = append(ctes, `s_up AS (
 	UPDATE {T} m SET status = 'SENT', provider_message_id = x.pmid,
 		sent_at = coalesce(m.sent_at, $1), updated_at = $1, claimed_at = NULL, claimed_by = NULL,
 		sent_response = CASE WHEN x.attempt = 1 AND m.recoveries = 0 THEN x.resp::json END,
 		sent_started_at = CASE WHEN x.attempt = 1 AND m.recoveries = 0 THEN x.started END,
 		sent_finished_at = CASE WHEN x.attempt = 1 AND m.recoveries = 0 THEN $1 END
-	FROM `+from("id, attempt, pmid, resp, started", "text[]", "int4[]", "text[]", "text[]", "timestamptz[]")+`
+	FROM `+src+keep+`
 	RETURNING m.id, m.tenant, x.attempt, 'SUCCEEDED'::text AS outcome, NULL::text AS code, NULL::text AS msg,
 		x.resp, NULL::timestamptz AS next, x.started, (x.attempt = 1 AND m.recoveries = 0) AS kept
 )`)

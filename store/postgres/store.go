@@ -80,6 +80,20 @@ type Options struct {
 	// listener (Wakeups) is idle; while listeners are short-polling because
 	// messages keep arriving, enqueues skip NOTIFY (see Wakeups).
 	DisableNotify bool
+	// DeleteSentTopics lists topics whose messages are deleted when they
+	// are sent instead of kept as SENT: the outcome then writes no new row
+	// version and no index entry (about half of the work the store does per
+	// drained message; see PERFORMANCE.md, "Write path"). It suits topics
+	// that need no record of what was sent. After a message of such a topic
+	// is sent: MessageGet and AttemptList report outbox.ErrNotFound and
+	// nothing, MessageApplyReceipt finds nothing (outbox.ErrNotFound: do not
+	// use it for topics whose provider sends receipts), MessageCount and the
+	// admin statistics do not count it, and its idempotency key is free
+	// again (an Enqueue with the same key inserts a new message), as after
+	// MessagePrune. Its attempt history goes with it. Dead letters and
+	// cancelled messages of these topics are kept as usual. Defaults to
+	// none.
+	DeleteSentTopics []string
 }
 
 var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
@@ -133,6 +147,12 @@ func New(db DB, opts Options) (*Store, error) {
 	if !identRE.MatchString(opts.TablePrefix) || len(opts.TablePrefix) > 30 {
 		return nil, outbox.InvalidParam("TablePrefix", "must be a lowercase identifier fragment ([a-z_][a-z0-9_]*, at most 30 bytes)")
 	}
+	for _, t := range opts.DeleteSentTopics {
+		if t == "" || len(t) > outbox.MaxKeyLength {
+			return nil, outbox.InvalidParam("DeleteSentTopics", fmt.Sprintf("topics must be 1 to %d bytes", outbox.MaxKeyLength))
+		}
+	}
+	opts.DeleteSentTopics = texts(opts.DeleteSentTopics)
 	if opts.ClaimPerGroup < 0 {
 		return nil, outbox.InvalidParam("ClaimPerGroup", "must not be negative")
 	}

@@ -82,6 +82,7 @@ func main() {
 	schema := flag.String("schema", "", "internal: schema for child modes")
 	flag.BoolVar(&noNotify, "no-notify", false, "stores run with Options.DisableNotify (polling only)")
 	flag.BoolVar(&asyncCommit, "async-commit", false, "stores run with Options.AsyncCommit")
+	flag.BoolVar(&deleteSent, "delete-sent", false, "the PostgreSQL processors delete the messages they send (Options.DeleteSentTopics)")
 	flag.BoolVar(&workDetail, "work-detail", false, "after each PostgreSQL drain, print the buffer accesses per message of each table and index")
 	only := flag.String("only", "", "comma-separated subset: enqueue,drain,continuous,latency,rss")
 	stores := flag.String("stores", "postgres", "comma-separated stores for the drain: postgres,mysql,sqlite (mysql: $OUTBOXKIT_MYSQL_DSN or root@tcp(127.0.0.1:3306)/test)")
@@ -328,7 +329,7 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-var noNotify, asyncCommit, workDetail bool
+var noNotify, asyncCommit, workDetail, deleteSent bool
 
 func newPool(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
 	return newPoolNamed(ctx, dsn, maxConns, "outboxkit-bench")
@@ -531,7 +532,11 @@ func runProcessors(ctx context.Context, dsn string, s *postgres.Store, pub outbo
 			return fail(err)
 		}
 		pools = append(pools, pool)
-		ps, err := postgres.New(pool, postgres.Options{Schema: s.Schema(), DisableNotify: noNotify, AsyncCommit: asyncCommit})
+		opts := postgres.Options{Schema: s.Schema(), DisableNotify: noNotify, AsyncCommit: asyncCommit}
+		if deleteSent {
+			opts.DeleteSentTopics = []string{"bench"}
+		}
+		ps, err := postgres.New(pool, opts)
 		if err != nil {
 			return fail(err)
 		}
@@ -621,6 +626,17 @@ func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) (f
 	cnt, err := s.MessageCount(ctx, outbox.MessageCountParams{AllTenants: true})
 	if err != nil {
 		return 0, "", err
+	}
+	if deleteSent {
+		// Every message was deleted when sent: none may be left.
+		left := int64(0)
+		for _, n := range cnt {
+			left += n
+		}
+		if left == 0 {
+			cnt = map[outbox.Status]int64{outbox.StatusSent: int64(c.drainN)}
+		}
+		cpuNote += ", deleted on send"
 	}
 	return float64(c.drainN) / elapsed.Seconds(), drainNote(pub, cnt, c.drainN, cpuNote), nil
 }
