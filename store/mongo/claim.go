@@ -24,20 +24,27 @@ const claimRounds = 3
 //
 // It is built from single-document atomic operations only:
 //
-//  1. find candidates: due unordered messages, and the groups with due
-//     messages (oldest first), leaving out what a pause covers;
+//  1. find candidates: one read of the due messages in Seq order (their
+//     IDs and group keys) gives the oldest unordered messages and the
+//     groups with due messages, leaving out what a pause covers;
 //  2. lock each candidate by inserting a lock document whose unique _id
-//     names the group (or the unordered message): one insert succeeds,
-//     the others fail with a duplicate key, so one claimer at a time works
-//     on a group;
-//  3. under the locks, read each group's open messages in Seq order and take
-//     the run of PENDING due messages from its head (nothing when the head
+//     names the group (or the unordered message), all in one insert: one
+//     insert of each _id succeeds, the others fail with a duplicate key,
+//     so one claimer at a time works on a group;
+//  3. under the locks, read in one query the locked unordered messages and
+//     each locked group's open messages in Seq order, and take the run of
+//     PENDING due messages from each group's head (nothing when the head
 //     is PROCESSING or waits for a retry);
-//  4. lease them with one bulk write, fenced by status and attempt count,
-//     and read back the ones that carry this claim's token (when a write
-//     or the read fails, the messages already leased are given back,
-//     PENDING with the attempt uncounted, before the error returns);
-//  5. delete the locks.
+//  4. lease them with one bulk write, fenced by status and attempt count
+//     (see updateFenced); when every lease applied, the claimed messages
+//     are the ones read under the locks, else the ones that carry this
+//     claim's token are read back (when a write or the read fails, the
+//     messages already leased are given back, PENDING with the attempt
+//     uncounted, before the error returns; see unlease);
+//  5. delete the locks, in one delete.
+//
+// That is six round trips in all (one more to read the pauses), whatever
+// the number of messages, when the groups found were not blocked.
 //
 // Enqueue takes the same group lock outside a transaction, so a claim
 // never sees a group's later message before an earlier one.
@@ -64,52 +71,29 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	due = append(due, paused...)
 	var cands []msgDoc
 
-	// Unordered messages: the oldest due ones, each under its own lock.
-	unordered := append(bson.D{{Key: "gkey", Value: ""}}, due...)
-	var heads []msgDoc
-	if err := s.findAll(ctx, unordered, &heads, options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}).
-		SetLimit(int64(p.Limit)).SetProjection(bson.D{{Key: "_id", Value: 1}})); err != nil {
-		return nil, fmt.Errorf("mongo: claim: %w", err)
-	}
-	if len(heads) > 0 {
-		keys := make([]string, len(heads))
-		for i := range heads {
-			keys[i] = lockKeyMessage(heads[i].ID)
-		}
-		won, err := s.tryLock(ctx, keys, owner)
-		if err != nil {
-			return nil, fmt.Errorf("mongo: claim: %w", err)
-		}
-		locked = append(locked, won...)
-		if len(won) > 0 {
-			ids := make(bson.A, len(won))
-			for i, k := range won {
-				ids[i] = k[1:]
-			}
-			var fresh []msgDoc
-			if err := s.findAll(ctx, append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, due...), &fresh); err != nil {
-				return nil, fmt.Errorf("mongo: claim: %w", err)
-			}
-			cands = append(cands, fresh...)
-		}
-	}
-
-	// Ordered groups: the claimable prefix of each group whose lock this
-	// claim holds.
 	seenGroups := bson.A{}
 	ordered := 0
 	for round := 0; round < claimRounds && ordered < p.Limit; round++ {
 		want := p.Limit + 16
-		groups, err := s.dueGroups(ctx, due, seenGroups, want)
-		if err != nil {
-			return nil, fmt.Errorf("mongo: claim: groups: %w", err)
+		var heads, groups []string
+		var err error
+		if round == 0 {
+			heads, groups, err = s.scanDue(ctx, due, p.Limit, want)
+		} else {
+			groups, err = s.dueGroups(ctx, due, seenGroups, want)
 		}
-		if len(groups) == 0 {
+		if err != nil {
+			return nil, fmt.Errorf("mongo: claim: %w", err)
+		}
+		if len(heads) == 0 && len(groups) == 0 {
 			break
 		}
-		keys := make([]string, len(groups))
-		for i, g := range groups {
-			keys[i] = lockKeyGroup(g)
+		keys := make([]string, 0, len(heads)+len(groups))
+		for _, id := range heads {
+			keys = append(keys, lockKeyMessage(id))
+		}
+		for _, g := range groups {
+			keys = append(keys, lockKeyGroup(g))
 			seenGroups = append(seenGroups, g)
 		}
 		won, err := s.tryLock(ctx, keys, owner)
@@ -117,20 +101,42 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 			return nil, fmt.Errorf("mongo: claim: %w", err)
 		}
 		locked = append(locked, won...)
-		if len(won) > 0 {
-			gks := make(bson.A, len(won))
-			for i, k := range won {
-				gks[i] = k[1:]
+		var ids, gks bson.A
+		for _, k := range won {
+			if k[0] == 'm' {
+				ids = append(ids, k[1:])
+			} else {
+				gks = append(gks, k[1:])
+			}
+		}
+		var or bson.A
+		if len(ids) > 0 {
+			or = append(or, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+		}
+		if len(gks) > 0 {
+			or = append(or, bson.D{{Key: "gkey", Value: bson.D{{Key: "$in", Value: gks}}}})
+		}
+		if len(or) > 0 {
+			filter := bson.D{{Key: "fin", Value: false}}
+			if len(or) == 1 {
+				filter = append(filter, or[0].(bson.D)...)
+			} else {
+				filter = append(filter, bson.E{Key: "$or", Value: or})
 			}
 			var open []msgDoc
-			err := s.findAll(ctx, bson.D{{Key: "gkey", Value: bson.D{{Key: "$in", Value: gks}}}, {Key: "fin", Value: false}}, &open,
-				options.Find().SetSort(bson.D{{Key: "gkey", Value: 1}, {Key: "seq", Value: 1}}))
-			if err != nil {
+			if err := s.findAll(ctx, filter, &open, options.Find().SetSort(bson.D{{Key: "gkey", Value: 1}, {Key: "seq", Value: 1}})); err != nil {
 				return nil, fmt.Errorf("mongo: claim: group heads: %w", err)
 			}
 			blocked := ""
 			for i := range open {
 				d := &open[i]
+				if d.GKey == "" {
+					// A locked unordered message, read again under its lock.
+					if d.Status == string(outbox.StatusPending) && !d.NextAt.After(now) {
+						cands = append(cands, *d)
+					}
+					continue
+				}
 				if d.GKey == blocked {
 					continue
 				}
@@ -159,52 +165,117 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	op := token()
-	models := make([]mongo.WriteModel, len(cands))
+	ups := make([]fenced, len(cands))
 	ids := make(bson.A, len(cands))
+	lease := bson.D{
+		{Key: "$set", Value: bson.D{
+			{Key: "status", Value: string(outbox.StatusProcessing)}, {Key: "claimed_by", Value: p.Owner},
+			{Key: "claimed_at", Value: now}, {Key: "updated_at", Value: now}, {Key: "op", Value: op},
+		}},
+		{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}},
+	}
 	for i, d := range cands {
 		ids[i] = d.ID
-		models[i] = mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: d.ID}, {Key: "status", Value: string(outbox.StatusPending)}, {Key: "attempts", Value: d.Attempts}}).
-			SetUpdate(bson.D{
-				{Key: "$set", Value: bson.D{
-					{Key: "status", Value: string(outbox.StatusProcessing)}, {Key: "claimed_by", Value: p.Owner},
-					{Key: "claimed_at", Value: now}, {Key: "updated_at", Value: now}, {Key: "op", Value: op},
-				}},
-				{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}},
-			})
+		// void: a give-back of this claim (unlease) voids what it did not
+		// lease yet, against a write the server runs after the client
+		// gave up on it.
+		ups[i] = fenced{id: d.ID, update: lease, filter: bson.D{{Key: "status", Value: string(outbox.StatusPending)},
+			{Key: "attempts", Value: d.Attempts}, {Key: "void", Value: bson.D{{Key: "$ne", Value: op}}}}}
 	}
-	if _, err := s.bulk(ctx, models); err != nil {
+	matched, err := s.updateFenced(ctx, ups)
+	if err != nil {
 		s.unlease(ids, op)
 		return nil, fmt.Errorf("mongo: claim: lease: %w", err)
 	}
-	var got []msgDoc
-	if err := s.findAll(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "op", Value: op}}, &got,
-		options.Find().SetSort(bson.D{{Key: "seq", Value: 1}})); err != nil {
-		s.unlease(ids, op)
-		return nil, fmt.Errorf("mongo: claim: read back: %w", err)
+	got := cands
+	if matched == int64(len(cands)) {
+		// Every lease applied: the messages are the ones read under the
+		// locks, as the lease changed them.
+		for i := range got {
+			d := &got[i]
+			d.Status, d.ClaimedBy, d.ClaimedAt, d.UpdatedAt, d.Op = string(outbox.StatusProcessing), p.Owner, &now, now, op
+			d.Attempts++
+		}
+	} else {
+		got = nil
+		if err := s.findAll(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "op", Value: op}}, &got,
+			options.Find().SetSort(bson.D{{Key: "seq", Value: 1}})); err != nil {
+			s.unlease(ids, op)
+			return nil, fmt.Errorf("mongo: claim: read back: %w", err)
+		}
 	}
 	out := make([]outbox.Message, len(got))
 	for i := range got {
 		out[i] = got[i].message()
 	}
+	s.tenants.put(out)
 	return out, nil
 }
 
 // unlease gives back, PENDING with the attempt uncounted, the messages
 // among ids that a failed claim (token op) leased before its error: they
 // are not returned, so nobody would publish them until their lease
-// expired. When this fails too (the server is gone), recovery takes them
-// back once the lease expires.
+// expired. It first voids the claim on all of them (void = op, which the
+// lease's filter excludes): a lease write the client gave up on (a timeout,
+// a cut connection) may still run on the server after this give-back, and
+// then leases nothing. When this fails too (the server is gone), recovery
+// takes them back once the lease expires.
 func (s *Store) unlease(ids bson.A, op string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := s.msgs.UpdateMany(ctx,
+	_, err := s.msgs.UpdateMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "void", Value: op}}}})
+	if err != nil {
+		s.log.Warn("mongo: voiding a failed claim failed", "error", err)
+	}
+	_, err = s.msgs.UpdateMany(ctx,
 		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "op", Value: op}, {Key: "status", Value: string(outbox.StatusProcessing)}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusPending)}, {Key: "updated_at", Value: s.now(time.Time{})}}},
 			{Key: "$inc", Value: bson.D{{Key: "attempts", Value: -1}}}, unsetLease})
 	if err != nil {
 		s.log.Warn("mongo: claim failed after leasing some messages; they wait for their lease to expire", "error", err)
 	}
+}
+
+// scanDue reads the due messages in Seq order (their IDs and group keys,
+// at most 20 per wanted group and maxGroupScan in all, in one batch) and
+// returns the IDs of the oldest limit unordered ones and the keys of the
+// oldest want groups. When the read was cut off before it found limit
+// unordered messages, these are looked for on their own.
+func (s *Store) scanDue(ctx context.Context, due bson.D, limit, want int) (heads, groups []string, err error) {
+	n := int32(min(maxGroupScan, 20*want))
+	var docs []struct {
+		ID   string `bson:"_id"`
+		GKey string `bson:"gkey"`
+	}
+	if err := s.findAll(ctx, due, &docs, options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}).
+		SetProjection(bson.D{{Key: "gkey", Value: 1}}).SetLimit(int64(n)).SetBatchSize(n)); err != nil {
+		return nil, nil, err
+	}
+	seen := map[string]bool{}
+	for _, d := range docs {
+		switch {
+		case d.GKey == "":
+			if len(heads) < limit {
+				heads = append(heads, d.ID)
+			}
+		case len(groups) < want && !seen[d.GKey]:
+			seen[d.GKey] = true
+			groups = append(groups, d.GKey)
+		}
+	}
+	if len(docs) == int(n) && len(heads) < limit {
+		var more []msgDoc
+		if err := s.findAll(ctx, append(bson.D{{Key: "gkey", Value: ""}}, due...), &more, options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}).
+			SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}})); err != nil {
+			return nil, nil, err
+		}
+		heads = heads[:0]
+		for _, d := range more {
+			heads = append(heads, d.ID)
+		}
+	}
+	return heads, groups, nil
 }
 
 // maxGroupScan bounds the due messages one look for groups reads.
@@ -238,17 +309,64 @@ func (s *Store) dueGroups(ctx context.Context, due bson.D, skip bson.A, want int
 	return out, nil
 }
 
-// bulkChunk is the most updates one bulk write sends. FerretDB v1 over
-// PostgreSQL can hold a connection per write of a command until the
-// command ends, and deadlocks its own pool when those add up to its size.
-const bulkChunk = 8
+// fenced is a fenced update of one message: the conditions besides its
+// _id, and the update.
+type fenced struct {
+	id     string
+	filter bson.D
+	update bson.D
+}
 
-// bulk runs models as unordered bulk writes of at most bulkChunk updates
-// and returns how many documents matched.
-func (s *Store) bulk(ctx context.Context, models []mongo.WriteModel) (int64, error) {
+// Bulk writes are sent in commands of at most maxStatements updates, each
+// over at most maxIDs messages.
+const (
+	maxStatements = 200
+	maxIDs        = 1000
+)
+
+// updateFenced applies ups and returns how many messages matched. The
+// updates with the same conditions and the same update are merged into one
+// multi-document update over their _ids, and every update is sent as a
+// multi-document one: on MongoDB each message still matches (or not) by
+// itself, atomically, as the filter names it by its unique _id; FerretDB
+// v1.24 keeps one PostgreSQL connection per single-document update of a
+// command until the whole command ends (and takes one more for each
+// write), so a few concurrent bulk writes of single-document updates
+// exhausted its pool and hung the server for good (issue #12), while a
+// multi-document update reads its matches to the end, one after the other,
+// on one connection. All statements go out in one unordered bulk write
+// (more than maxStatements in more).
+func (s *Store) updateFenced(ctx context.Context, ups []fenced) (int64, error) {
+	type stmt struct {
+		filter, update bson.D
+		ids            bson.A
+	}
+	var stmts []*stmt
+	byKey := map[string]*stmt{}
+	for _, u := range ups {
+		key, err := bson.Marshal(bson.D{{Key: "f", Value: u.filter}, {Key: "u", Value: u.update}})
+		if err != nil {
+			return 0, err
+		}
+		st := byKey[string(key)]
+		if st == nil || len(st.ids) == maxIDs {
+			st = &stmt{filter: u.filter, update: u.update}
+			byKey[string(key)] = st
+			stmts = append(stmts, st)
+		}
+		st.ids = append(st.ids, u.id)
+	}
+	models := make([]mongo.WriteModel, len(stmts))
+	for i, st := range stmts {
+		var id any = bson.D{{Key: "$in", Value: st.ids}}
+		if len(st.ids) == 1 {
+			id = st.ids[0]
+		}
+		models[i] = mongo.NewUpdateManyModel().SetFilter(append(bson.D{{Key: "_id", Value: id}}, st.filter...)).SetUpdate(st.update)
+	}
 	var matched int64
-	for start := 0; start < len(models); start += bulkChunk {
-		r, err := s.msgs.BulkWrite(ctx, models[start:min(start+bulkChunk, len(models))], options.BulkWrite().SetOrdered(false))
+	for start := 0; start < len(models); start += maxStatements {
+		r, err := s.msgs.BulkWrite(ctx, models[start:min(start+maxStatements, len(models))], options.BulkWrite().SetOrdered(false))
 		if err != nil {
 			return matched, err
 		}

@@ -22,25 +22,29 @@ import (
 )
 
 // cutProxy forwards MongoDB wire messages to the test server and closes
-// the connection that sends the cutAt-th command named cut (counted from
-// 1), without forwarding it: the client sees the network fail in the
-// middle of its work, once.
+// the client's connection that sends the cutAt-th command named cut
+// (counted from 1): the client sees the network fail in the middle of its
+// work, once. The command is dropped, or, when late is set, sent to the
+// server that much later (a command the client gave up on that the server
+// still runs); lateSent is closed once it was.
 type cutProxy struct {
 	ln       net.Listener
 	upstream string
 	cut      string
 	cutAt    int64
+	late     time.Duration
+	lateSent chan struct{}
 	seen     atomic.Int64
 	wg       sync.WaitGroup
 }
 
-func newCutProxy(t *testing.T, upstream, cut string, cutAt int64) *cutProxy {
+func newCutProxy(t *testing.T, upstream, cut string, cutAt int64, late time.Duration) *cutProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{ln: ln, upstream: upstream, cut: cut, cutAt: cutAt}
+	p := &cutProxy{ln: ln, upstream: upstream, cut: cut, cutAt: cutAt, late: late, lateSent: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
@@ -86,7 +90,15 @@ func (p *cutProxy) requests(c, up net.Conn) {
 		if binary.LittleEndian.Uint32(hdr[12:16]) == 2013 && len(msg) > 26 && msg[20] == 0 {
 			key := msg[26:]
 			if i := strings.IndexByte(string(key), 0); i > 0 && string(key[:i]) == p.cut && p.seen.Add(1) == p.cutAt {
-				return // drop it and close both ends
+				if p.late <= 0 {
+					return // drop it and close both ends
+				}
+				_ = c.Close()
+				time.Sleep(p.late)
+				_, _ = up.Write(msg)
+				time.Sleep(time.Second) // let the server read it before the close
+				close(p.lateSent)
+				return
 			}
 		}
 		if _, err := up.Write(msg); err != nil {
@@ -96,11 +108,22 @@ func (p *cutProxy) requests(c, up net.Conn) {
 }
 
 // TestClaimGivesBackWhatAFailedLeaseLeased: when the connection fails in
-// the middle of a claim's lease writes, the claim returns an error and the
-// messages it had leased are PENDING again at once, attempts uncounted,
-// instead of PROCESSING under a lease nobody holds until it expires.
+// the middle of a claim's lease write, the claim returns an error and its
+// messages are PENDING again, attempts uncounted, instead of PROCESSING
+// under a lease nobody holds until it expires; also when the server runs
+// the lease write after the claim gave up on it, and after the claim gave
+// its messages back (the give-back voids the claim first).
 func TestClaimGivesBackWhatAFailedLeaseLeased(t *testing.T) {
 	t.Parallel()
+	for _, late := range []time.Duration{0, 2 * time.Second} {
+		t.Run(fmt.Sprintf("late=%s", late), func(t *testing.T) {
+			t.Parallel()
+			testClaimCut(t, late)
+		})
+	}
+}
+
+func testClaimCut(t *testing.T, late time.Duration) {
 	ctx := context.Background()
 	direct, _ := newStore(t, mongo.Options{})
 	dbName := direct.Database().Name()
@@ -119,9 +142,9 @@ func TestClaimGivesBackWhatAFailedLeaseLeased(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Cut the third update command (the lease is written in chunks of a
-	// few messages; two chunks apply first).
-	proxy := newCutProxy(t, host, "update", 3)
+	// Cut the first update command: the claim's lease (its other writes
+	// are inserts and deletes of lock documents).
+	proxy := newCutProxy(t, host, "update", 1, late)
 	client, err := mongodrv.Connect(options.Client().ApplyURI(strings.Replace(uri, host, proxy.ln.Addr().String(), 1)).
 		SetDirect(true).SetRetryWrites(false).SetTimeout(20 * time.Second))
 	if err != nil {
@@ -137,6 +160,13 @@ func TestClaimGivesBackWhatAFailedLeaseLeased(t *testing.T) {
 		t.Fatalf("the claim survived a cut connection (%d messages): the test did not cut the lease", len(got))
 	}
 	t.Logf("the claim failed as the connection was cut: %v", err)
+	if late > 0 {
+		select {
+		case <-proxy.lateSent:
+		case <-time.After(time.Minute):
+			t.Fatal("the proxy did not send the late lease write")
+		}
+	}
 	var left []struct {
 		ID       string `bson:"_id"`
 		Status   string `bson:"status"`

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxkit/outboxkit/outbox"
@@ -19,28 +18,29 @@ var unsetLease = bson.E{Key: "$unset", Value: bson.D{{Key: "claimed_at", Value: 
 // outcome is one fenced update of MessageFinish or MessageRecover and the
 // attempt it records when it applies.
 type outcome struct {
-	filter  bson.D
+	filter  bson.D // the fence besides _id
 	update  bson.D
 	id      string
 	attempt *attemptDoc // nil for a release
 }
 
-// applyOutcomes runs the updates in one unordered bulk write, each setting
-// the field fop to a token of this call, and returns the IDs (with their
-// tenants) of the updates that applied. When every update matched, that is
-// all of them; otherwise the documents still carrying the token are read
-// back. Claims never write fop, so a message finished here and claimed
-// again at once still counts as applied; only a second finish of it
-// before the read-back could hide it (it is then reported as lost, and
-// its attempt is not recorded). The attempts of the applied outcomes are
-// added to the history in one more write.
+// applyOutcomes runs the updates as one unordered bulk write (see
+// updateFenced), each setting the field fop to a token of this call, and
+// returns the IDs (with their tenants) of the updates that applied. When
+// every update matched, that is all of them, and their tenants come from
+// the claims this Store made (read only for the messages it did not
+// claim); otherwise the documents still carrying the token are read back.
+// Claims never write fop, so a message finished here and claimed again at
+// once still counts as applied; only a second finish of it before the
+// read-back could hide it (it is then reported as lost, and its attempt is
+// not recorded). The attempts of the applied outcomes are added to the
+// history in one more write.
 func (s *Store) applyOutcomes(ctx context.Context, outs []outcome) (map[string]string, error) {
 	if len(outs) == 0 {
 		return nil, nil
 	}
 	op := token()
-	models := make([]mongo.WriteModel, len(outs))
-	ids := make(bson.A, len(outs))
+	ups := make([]fenced, len(outs))
 	for i, o := range outs {
 		upd := o.update
 		for j := range upd {
@@ -48,31 +48,47 @@ func (s *Store) applyOutcomes(ctx context.Context, outs []outcome) (map[string]s
 				upd[j].Value = append(upd[j].Value.(bson.D), bson.E{Key: "fop", Value: op})
 			}
 		}
-		models[i] = mongo.NewUpdateOneModel().SetFilter(o.filter).SetUpdate(upd)
-		ids[i] = o.id
+		ups[i] = fenced{id: o.id, filter: o.filter, update: upd}
 	}
-	matched, err := s.bulk(ctx, models)
+	matched, err := s.updateFenced(ctx, ups)
 	if err != nil {
 		return nil, err
 	}
-	var got []struct {
-		ID     string `bson:"_id"`
-		Tenant string `bson:"tenant"`
+	applied := make(map[string]string, len(outs))
+	var read bson.A
+	if matched == int64(len(outs)) {
+		for _, o := range outs {
+			if tenant, ok := s.tenants.take(o.id); ok {
+				applied[o.id] = tenant
+			} else {
+				read = append(read, o.id)
+			}
+		}
+	} else {
+		for _, o := range outs {
+			s.tenants.take(o.id)
+			read = append(read, o.id)
+		}
 	}
-	filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}
-	if matched < int64(len(outs)) {
-		filter = append(filter, bson.E{Key: "fop", Value: op})
-	}
-	cur, err := s.msgs.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "tenant", Value: 1}}))
-	if err != nil {
-		return nil, err
-	}
-	if err := cur.All(ctx, &got); err != nil {
-		return nil, err
-	}
-	applied := make(map[string]string, len(got))
-	for _, g := range got {
-		applied[g.ID] = g.Tenant
+	if len(read) > 0 {
+		filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: read}}}}
+		if matched < int64(len(outs)) {
+			filter = append(filter, bson.E{Key: "fop", Value: op})
+		}
+		var got []struct {
+			ID     string `bson:"_id"`
+			Tenant string `bson:"tenant"`
+		}
+		cur, err := s.msgs.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "tenant", Value: 1}}))
+		if err != nil {
+			return nil, err
+		}
+		if err := cur.All(ctx, &got); err != nil {
+			return nil, err
+		}
+		for _, g := range got {
+			applied[g.ID] = g.Tenant
+		}
 	}
 	var atts []any
 	for _, o := range outs {
@@ -90,9 +106,11 @@ func (s *Store) applyOutcomes(ctx context.Context, outs []outcome) (map[string]s
 	return applied, nil
 }
 
-func fence(id, owner string, attempt int) bson.D {
+// fence is the condition of an outcome or a lease extension besides the
+// message's _id: the lease (PROCESSING, owner, attempt).
+func fence(owner string, attempt int) bson.D {
 	return bson.D{
-		{Key: "_id", Value: id}, {Key: "status", Value: string(outbox.StatusProcessing)},
+		{Key: "status", Value: string(outbox.StatusProcessing)},
 		{Key: "claimed_by", Value: owner}, {Key: "attempts", Value: attempt},
 	}
 }
@@ -101,10 +119,11 @@ func respText(r json.RawMessage) string { return string(r) }
 
 // MessageFinish implements outbox.Store: the outcomes are written with one
 // unordered bulk write, each update fenced by the lease (PROCESSING,
-// ClaimedBy = Owner, Attempts = Attempt); the applied ones are read back by
-// the token the write set, and their attempts added to the history in one
-// more write. An outcome whose lease was lost changes nothing and its ID is
-// returned in LeaseLost.
+// ClaimedBy = Owner, Attempts = Attempt; see updateFenced); when some did
+// not match, the applied ones are read back by the token the write set.
+// Their attempts are added to the history in one more write. An outcome whose lease was lost changes nothing and its ID is
+// returned in LeaseLost. It waits for the lease extensions of p.Owner
+// being written through this Store (see lockOwner).
 func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
 	var res outbox.FinishResult
 	if err := p.Validate(); err != nil {
@@ -123,7 +142,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	}
 	outs := make([]outcome, 0, len(p.Outcomes))
 	for _, o := range p.Outcomes {
-		out := outcome{filter: fence(o.ID, p.Owner, o.Attempt), id: o.ID}
+		out := outcome{filter: fence(p.Owner, o.Attempt), id: o.ID}
 		var set bson.D
 		var next time.Time
 		switch o.Kind {
@@ -165,7 +184,12 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		}
 		outs = append(outs, out)
 	}
+	unlock, err := s.lockOwner(ctx, p.Owner)
+	if err != nil {
+		return outbox.FinishResult{}, fmt.Errorf("mongo: finish: %w", err)
+	}
 	applied, err := s.applyOutcomes(ctx, outs)
+	unlock()
 	if err != nil {
 		return outbox.FinishResult{}, fmt.Errorf("mongo: finish: %w", err)
 	}
@@ -207,7 +231,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	var outs []outcome
 	dead := map[string]bool{}
 	for _, d := range expired {
-		filter := fence(d.ID, d.ClaimedBy, d.Attempts)
+		filter := fence(d.ClaimedBy, d.Attempts)
 		filter = append(filter, bson.E{Key: "claimed_at", Value: tv(d.ClaimedAt)})
 		a := &attemptDoc{MsgID: d.ID, N: d.Attempts, Error: e, StartedAt: tv(d.ClaimedAt), FinishedAt: now}
 		// The lost attempt is not counted; the recovery is.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxkit/outboxkit/outbox"
@@ -14,11 +13,12 @@ import (
 var _ outbox.LeaseExtender = (*Store)(nil)
 
 // MessageExtendLease implements outbox.LeaseExtender: one unordered bulk
-// write sets claimed_at to p.Now on every message p.Owner still holds
+// write (see updateFenced) sets claimed_at to p.Now on every message p.Owner still holds
 // (status PROCESSING, claimed_by = Owner, attempts = the lease's Attempt),
 // each update fenced like an outcome, and marks it with a token of this
 // call; when some did not match, the marked ones are read back. The IDs of
-// the others are returned in LeaseLost.
+// the others are returned in LeaseLost. It waits for the outcomes of
+// p.Owner being written through this Store (see lockOwner).
 func (s *Store) MessageExtendLease(ctx context.Context, p outbox.MessageExtendLeaseParams) (outbox.ExtendLeaseResult, error) {
 	var res outbox.ExtendLeaseResult
 	if err := p.Validate(); err != nil {
@@ -28,15 +28,20 @@ func (s *Store) MessageExtendLease(ctx context.Context, p outbox.MessageExtendLe
 		return res, nil
 	}
 	now := s.now(p.Now)
+	unlock, err := s.lockOwner(ctx, p.Owner)
+	if err != nil {
+		return res, fmt.Errorf("mongo: extend lease: %w", err)
+	}
+	defer unlock()
 	op := token()
-	models := make([]mongo.WriteModel, len(p.Leases))
+	ups := make([]fenced, len(p.Leases))
 	ids := make(bson.A, len(p.Leases))
 	for i, l := range p.Leases {
-		models[i] = mongo.NewUpdateOneModel().SetFilter(fence(l.ID, p.Owner, l.Attempt)).
-			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "claimed_at", Value: now}, {Key: "hop", Value: op}}}})
+		ups[i] = fenced{id: l.ID, filter: fence(p.Owner, l.Attempt),
+			update: bson.D{{Key: "$set", Value: bson.D{{Key: "claimed_at", Value: now}, {Key: "hop", Value: op}}}}}
 		ids[i] = l.ID
 	}
-	matched, err := s.bulk(ctx, models)
+	matched, err := s.updateFenced(ctx, ups)
 	if err != nil {
 		return res, fmt.Errorf("mongo: extend lease: %w", err)
 	}

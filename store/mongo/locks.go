@@ -54,8 +54,8 @@ func (s *Store) tryLock(ctx context.Context, keys []string, owner string) ([]str
 }
 
 func (s *Store) insertLocks(ctx context.Context, keys []string, owner string) (won, lost []string, err error) {
-	for start := 0; start < len(keys); start += bulkChunk {
-		w, l, err := s.insertLockChunk(ctx, keys[start:min(start+bulkChunk, len(keys))], owner)
+	for start := 0; start < len(keys); start += maxIDs {
+		w, l, err := s.insertLockChunk(ctx, keys[start:min(start+maxIDs, len(keys))], owner)
 		if err != nil {
 			s.unlock(context.WithoutCancel(ctx), won, owner)
 			return nil, nil, err
@@ -136,8 +136,8 @@ func (s *Store) lockWait(ctx context.Context, keys []string, owner string) error
 // unlock releases the locks of keys that owner holds. A failure is logged:
 // the locks then expire.
 func (s *Store) unlock(ctx context.Context, keys []string, owner string) {
-	for start := 0; start < len(keys); start += bulkChunk {
-		chunk := keys[start:min(start+bulkChunk, len(keys))]
+	for start := 0; start < len(keys); start += maxIDs {
+		chunk := keys[start:min(start+maxIDs, len(keys))]
 		_, err := s.locks.DeleteMany(ctx, bson.D{
 			{Key: "_id", Value: bson.D{{Key: "$in", Value: chunk}}},
 			{Key: "owner", Value: owner},

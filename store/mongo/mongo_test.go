@@ -14,7 +14,7 @@ import (
 )
 
 // newStore returns a migrated store on a fresh database.
-func newStore(t *testing.T, opts mongo.Options) (*mongo.Store, testbackend.MongoDatabase) {
+func newStore(t testing.TB, opts mongo.Options) (*mongo.Store, testbackend.MongoDatabase) {
 	t.Helper()
 	db := testbackend.Mongo(t)
 	s, err := mongo.New(db.DB, opts)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"regexp"
 	"sync"
@@ -66,8 +67,65 @@ type Store struct {
 	log      *slog.Logger
 	wake     *wake.Hub
 
+	tenants tenantCache
+	leaseMu [16]chan struct{} // see lockOwner
+
 	mu     sync.Mutex
 	closed bool
+}
+
+// lockOwner takes the lock under which this Store writes the lease
+// extensions and the outcomes of owner, one at a time, and returns its
+// release (or ctx's error). On MongoDB each of those fenced updates is
+// atomic and they need no lock; FerretDB v1.24 runs an update by reading
+// the matching documents and writing each back whole, so an extension that
+// read a message just before its outcome was written wrote it back
+// PROCESSING, under a lease its processor had let go (issue #12: the
+// message stayed there until the lease expired, then was published again).
+// A processor's heartbeat and recorder share its owner ID and, in one
+// process, its Store.
+func (s *Store) lockOwner(ctx context.Context, owner string) (func(), error) {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(owner))
+	ch := s.leaseMu[h.Sum32()%uint32(len(s.leaseMu))]
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// tenantCache remembers the tenant of each message this Store claimed
+// until its outcome is written, so that recording the attempt history
+// needs no read when every outcome applied. It forgets everything when it
+// holds maxTenants messages (the outcomes of those are then read back).
+type tenantCache struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+const maxTenants = 1 << 16
+
+func (c *tenantCache) put(msgs []outbox.Message) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m)+len(msgs) > maxTenants {
+		c.m = make(map[string]string, len(msgs))
+	}
+	for i := range msgs {
+		c.m[msgs[i].ID] = msgs[i].Tenant
+	}
+}
+
+func (c *tenantCache) take(id string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.m[id]
+	if ok {
+		delete(c.m, id)
+	}
+	return t, ok
 }
 
 // New returns a Store over db. It does not touch the database; call
@@ -95,7 +153,7 @@ func New(db *mongo.Database, opts Options) (*Store, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	p := opts.CollectionPrefix
-	return &Store{
+	st := &Store{
 		db:       db,
 		msgs:     db.Collection(p + "messages"),
 		attempts: db.Collection(p + "attempts"),
@@ -108,7 +166,11 @@ func New(db *mongo.Database, opts Options) (*Store, error) {
 		clock:    opts.Clock,
 		log:      opts.Logger,
 		wake:     wake.New(),
-	}, nil
+	}
+	for i := range st.leaseMu {
+		st.leaseMu[i] = make(chan struct{}, 1)
+	}
+	return st, nil
 }
 
 // Database returns the database the Store works in.

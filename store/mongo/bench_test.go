@@ -1,0 +1,128 @@
+package mongo_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/event"
+	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxkit/outboxkit/internal/testbackend"
+	"github.com/outboxkit/outboxkit/outbox"
+	"github.com/outboxkit/outboxkit/store/mongo"
+)
+
+// commandCounter counts the commands a client sends, by name.
+type commandCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *commandCounter) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		c.mu.Lock()
+		c.n[e.CommandName]++
+		c.mu.Unlock()
+	}}
+}
+
+func (c *commandCounter) reset() {
+	c.mu.Lock()
+	c.n = map[string]int{}
+	c.mu.Unlock()
+}
+
+// report returns the total and a per-command breakdown, per message.
+func (c *commandCounter) report(msgs int) (float64, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	total := 0
+	var parts []string
+	for name, n := range c.n {
+		total += n
+		parts = append(parts, fmt.Sprintf("%s %.3f", name, float64(n)/float64(msgs)))
+	}
+	sort.Strings(parts)
+	return float64(total) / float64(msgs), strings.Join(parts, ", ")
+}
+
+// BenchmarkDrainRoundTrips drains 2,000 messages in 100 groups with one
+// processor (default settings, a publisher that always succeeds) and
+// reports the round trips (commands sent to the server) per message, a
+// figure that does not move with the machine's load, and the drain rate,
+// which does:
+//
+//	go test -run '^$' -bench DrainRoundTrips -benchtime 1x ./store/mongo
+func BenchmarkDrainRoundTrips(b *testing.B) {
+	const n, groups = 2000, 100
+	for range b.N {
+		b.StopTimer()
+		direct, _ := newStore(b, mongo.Options{})
+		var msgs []outbox.Message
+		for i := range n {
+			msgs = append(msgs, outbox.Message{Topic: "t", Group: fmt.Sprint("g", i%groups), Payload: []byte(fmt.Sprint(i))})
+		}
+		ctx := context.Background()
+		for start := 0; start < n; start += 500 {
+			if _, err := outbox.New(direct, outbox.Options{}).Enqueue(ctx, msgs[start:start+500]...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		counter := &commandCounter{n: map[string]int{}}
+		client, err := mongodrv.Connect(options.Client().ApplyURI(testbackend.MongoURI(b)).
+			SetMaxPoolSize(4).SetTimeout(60 * time.Second).SetMonitor(counter.monitor()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := mongo.New(client.Database(direct.Database().Name()), mongo.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := outbox.NewProcessor(s, outbox.PublisherFunc(func(_ context.Context, batch []outbox.Message) []outbox.Result {
+			out := make([]outbox.Result, len(batch))
+			for i, m := range batch {
+				out[i] = outbox.Result{ProviderMessageID: "p-" + m.ID}
+			}
+			return out
+		}), outbox.Config{AllTopics: true, PollInterval: 50 * time.Millisecond, RecoveryInterval: time.Hour})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		counter.reset()
+		b.StartTimer()
+		start := time.Now()
+		go func() { done <- p.Run(runCtx) }()
+		for {
+			c, err := direct.MessageCount(ctx, outbox.MessageCountParams{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if c[outbox.StatusSent] == n {
+				break
+			}
+			if time.Since(start) > 10*time.Minute {
+				b.Fatalf("not drained after 10 minutes: %v", c)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		took := time.Since(start)
+		b.StopTimer()
+		cancel()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		per, detail := counter.report(n)
+		b.ReportMetric(per, "roundtrips/msg")
+		b.ReportMetric(float64(n)/took.Seconds(), "msgs/s")
+		b.Logf("round trips per message: %s", detail)
+		_ = client.Disconnect(ctx)
+	}
+}

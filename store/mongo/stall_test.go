@@ -1,0 +1,164 @@
+package mongo_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxkit/outboxkit/internal/testbackend"
+	"github.com/outboxkit/outboxkit/outbox"
+	"github.com/outboxkit/outboxkit/store/mongo"
+)
+
+// TestConcurrentOutcomesDoNotStallTheServer: many processors writing
+// outcomes and lease extensions at once all get their answers. FerretDB
+// v1.24 keeps the PostgreSQL connection of every single-document update of
+// an update command until the whole command ends, and takes one more for
+// each write: a few concurrent bulk writes of single-document updates
+// exhausted its pool (50 connections) and hung every command on the
+// server for good, while the clients timed out (the Mongo processor tier's
+// flakes, issue #12). The store's fenced updates are multi-document
+// updates over a unique _id (the same on MongoDB), which FerretDB runs one
+// after the other on one connection.
+//
+// On a regression this test hangs the FerretDB it runs against.
+func TestConcurrentOutcomesDoNotStallTheServer(t *testing.T) {
+	ctx := context.Background()
+	direct, _ := newStore(t, mongo.Options{})
+	const callers, per = 16, 48
+	var msgs []outbox.Message
+	for i := range callers * per {
+		msgs = append(msgs, outbox.Message{Topic: "t", Payload: []byte(fmt.Sprint(i))})
+	}
+	if _, err := outbox.New(direct, outbox.Options{}).Enqueue(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	claims := make([][]outbox.Message, callers)
+	for i := range claims {
+		got, err := direct.MessageClaim(ctx, outbox.MessageClaimParams{Limit: per, Owner: fmt.Sprint("o", i), Now: time.Now()})
+		if err != nil || len(got) != per {
+			t.Fatalf("claim %d: %d messages, %v; want %d", i, len(got), err, per)
+		}
+		claims[i] = got
+	}
+
+	// A client with room for every caller at once (the shared test client
+	// has a pool of 4).
+	client, err := mongodrv.Connect(options.Client().ApplyURI(testbackend.MongoURI(t)).
+		SetMaxPoolSize(callers).SetTimeout(60 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Disconnect(ctx)
+	wide, err := mongo.New(client.Database(direct.Database().Name()), mongo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var wg sync.WaitGroup
+	errs := make([]error, callers)
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			leases := make([]outbox.Lease, per)
+			outs := make([]outbox.Outcome, per)
+			for j, m := range claims[i] {
+				leases[j] = outbox.Lease{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts}
+				outs[j] = outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts}
+			}
+			owner := fmt.Sprint("o", i)
+			for range 2 {
+				res, err := wide.MessageExtendLease(ctx, outbox.MessageExtendLeaseParams{Owner: owner, Now: time.Now(), Leases: leases})
+				if err != nil || len(res.LeaseLost) > 0 {
+					errs[i] = fmt.Errorf("extend: %d lost, %v", len(res.LeaseLost), err)
+					return
+				}
+			}
+			res, err := wide.MessageFinish(ctx, outbox.MessageFinishParams{Owner: owner, Now: time.Now(), Outcomes: outs})
+			if err != nil || len(res.LeaseLost) > 0 {
+				errs[i] = fmt.Errorf("finish: %d lost, %v", len(res.LeaseLost), err)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("caller %d: %v", i, err)
+		}
+	}
+	c, err := direct.MessageCount(ctx, outbox.MessageCountParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[outbox.StatusSent] != callers*per {
+		t.Fatalf("counts %v, want %d SENT", c, callers*per)
+	}
+}
+
+// TestHeartbeatDoesNotUndoAnOutcome: a lease extension and the outcomes of
+// the same leases, written at the same moment by one processor (its
+// heartbeat and its recorder), leave every message with its outcome. On
+// MongoDB each fenced update is atomic; FerretDB v1.24 reads the matching
+// documents of an update first and then writes whole documents back, so an
+// extension that read a message before its outcome was written put it
+// back to PROCESSING (under a lease its processor had let go: it stayed
+// there until the lease expired, then was published again). The store
+// writes one owner's extensions and outcomes one at a time.
+func TestHeartbeatDoesNotUndoAnOutcome(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t, mongo.Options{})
+	const n = 300
+	var msgs []outbox.Message
+	for i := range n {
+		msgs = append(msgs, outbox.Message{Topic: "t", Payload: []byte(fmt.Sprint(i))})
+	}
+	if _, err := outbox.New(s, outbox.Options{}).Enqueue(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		got, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: n, Owner: "o", Now: time.Now()})
+		if err != nil || len(got) != n {
+			t.Fatalf("claim: %d messages, %v; want %d", len(got), err, n)
+		}
+		leases := make([]outbox.Lease, n)
+		outs := make([]outbox.Outcome, n)
+		for j, m := range got {
+			leases[j] = outbox.Lease{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts}
+			// Released: the messages come back for the next round.
+			outs[j] = outbox.Outcome{Kind: outbox.OutcomeReleased, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts}
+		}
+		var wg sync.WaitGroup
+		var extErr, finErr error
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			_, extErr = s.MessageExtendLease(ctx, outbox.MessageExtendLeaseParams{Owner: "o", Now: time.Now(), Leases: leases})
+		}()
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(round) * 5 * time.Millisecond)
+			var res outbox.FinishResult
+			res, finErr = s.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "o", Now: time.Now(), Outcomes: outs})
+			if finErr == nil && len(res.LeaseLost) > 0 {
+				finErr = fmt.Errorf("%d outcomes refused", len(res.LeaseLost))
+			}
+		}()
+		wg.Wait()
+		if extErr != nil || finErr != nil {
+			t.Fatalf("round %d: extend %v, finish %v", round, extErr, finErr)
+		}
+		c, err := s.MessageCount(ctx, outbox.MessageCountParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c[outbox.StatusPending] != n {
+			t.Fatalf("round %d: counts %v after releasing every message while its lease was extended; want %d PENDING", round, c, n)
+		}
+	}
+}
