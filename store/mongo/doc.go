@@ -57,8 +57,16 @@
 // earlier one; inside a transaction the single sequence counter document
 // serialises enqueuing transactions, so a group's order is its commit
 // order. Outcomes are fenced by the lease (PROCESSING, owner, attempt) and
-// written in one bulk write; the updates that applied are read back by a
-// token they set. A lock whose holder died expires after Options.LockTTL.
+// written in one bulk write; when some did not apply, the ones that did are
+// read back by a token they set. A lock whose holder died expires after
+// Options.LockTTL.
+//
+// Round trips: a claim takes seven whatever its size (the pauses, the due
+// messages, the locks, the locked messages, the lease, the lock release),
+// more only when the groups it found were blocked or locks had to be taken
+// over; a batch of outcomes two (the bulk write and the attempt history),
+// a lease extension one. The fenced updates that differ only in the
+// message are sent as one multi-document update over the messages' _ids.
 //
 // Times are stored as BSON dates: millisecond precision.
 //
@@ -67,9 +75,17 @@
 // The conformance suite (outbox/outboxtest/storetest) runs in CI against
 // FerretDB v1.24.2 (MongoDB wire protocol over PostgreSQL), including the
 // concurrent-claim and multi-processor FIFO cases, which exercise the
-// unique-index locks, and the Admin cases. FerretDB can deadlock its own PostgreSQL pool when
-// many writes of large commands arrive at once, so bulk writes are sent in
-// chunks of a few documents. FerretDB has no multi-document transactions and no
+// unique-index locks, and the Admin cases. FerretDB v1.24 is not atomic
+// where MongoDB is: it runs an update by reading the matching documents and
+// writing each back whole, so of two concurrent updates of one document one
+// can be lost; there the claims stay correct by the lock documents, and the
+// store writes one owner's lease extensions and outcomes one at a time
+// (an extension racing an outcome put finished messages back to
+// PROCESSING). FerretDB also keeps a PostgreSQL connection per
+// single-document update of a command until the command ends, which
+// deadlocked its pool under concurrent bulk writes, so every fenced update
+// is sent as a multi-document one over the message's unique _id (the same
+// on MongoDB). FerretDB has no multi-document transactions and no
 // change streams, so there the cases that need caller transactions skip,
 // naming the capability, and Wakeups falls back to this process's own
 // signal and polling. The same suite runs against a real replica set when
