@@ -25,26 +25,29 @@ import (
 // the client's connection that sends the cutAt-th command named cut
 // (counted from 1): the client sees the network fail in the middle of its
 // work, once. The command is dropped, or, when late is set, sent to the
-// server that much later (a command the client gave up on that the server
-// still runs); lateSent is closed once it was.
+// server once the test closes release (a command the client gave up on
+// that the server still runs, after what the client did next); lateSent is
+// closed once it was.
 type cutProxy struct {
 	ln       net.Listener
 	upstream string
 	cut      string
 	cutAt    int64
-	late     time.Duration
+	late     bool
+	release  chan struct{}
 	lateSent chan struct{}
 	seen     atomic.Int64
 	wg       sync.WaitGroup
 }
 
-func newCutProxy(t *testing.T, upstream, cut string, cutAt int64, late time.Duration) *cutProxy {
+func newCutProxy(t *testing.T, upstream, cut string, cutAt int64, late bool) *cutProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{ln: ln, upstream: upstream, cut: cut, cutAt: cutAt, late: late, lateSent: make(chan struct{})}
+	p := &cutProxy{ln: ln, upstream: upstream, cut: cut, cutAt: cutAt, late: late,
+		release: make(chan struct{}), lateSent: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
@@ -64,15 +67,18 @@ func (p *cutProxy) accept() {
 			continue
 		}
 		p.wg.Add(2)
-		go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); _ = c.Close() }()
-		go func() { defer p.wg.Done(); p.requests(c, up); _ = up.Close(); _ = c.Close() }()
+		// The replies' copy ends once the server answered after the client
+		// side was closed (or the connection ended).
+		replied := make(chan struct{})
+		go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); _ = c.Close(); close(replied) }()
+		go func() { defer p.wg.Done(); p.requests(c, up, replied); _ = up.Close(); _ = c.Close() }()
 	}
 }
 
 // requests copies whole wire messages from c to up, reading the command
 // name of each OP_MSG (opcode 2013: header, flag bits, then a kind-0
 // section whose document's first key is the command).
-func (p *cutProxy) requests(c, up net.Conn) {
+func (p *cutProxy) requests(c, up net.Conn, replied <-chan struct{}) {
 	for {
 		var hdr [16]byte
 		if _, err := io.ReadFull(c, hdr[:]); err != nil {
@@ -90,13 +96,16 @@ func (p *cutProxy) requests(c, up net.Conn) {
 		if binary.LittleEndian.Uint32(hdr[12:16]) == 2013 && len(msg) > 26 && msg[20] == 0 {
 			key := msg[26:]
 			if i := strings.IndexByte(string(key), 0); i > 0 && string(key[:i]) == p.cut && p.seen.Add(1) == p.cutAt {
-				if p.late <= 0 {
+				if !p.late {
 					return // drop it and close both ends
 				}
 				_ = c.Close()
-				time.Sleep(p.late)
+				<-p.release
 				_, _ = up.Write(msg)
-				time.Sleep(time.Second) // let the server read it before the close
+				select { // the server ran it
+				case <-replied:
+				case <-time.After(time.Minute):
+				}
 				close(p.lateSent)
 				return
 			}
@@ -115,15 +124,15 @@ func (p *cutProxy) requests(c, up net.Conn) {
 // its messages back (the give-back voids the claim first).
 func TestClaimGivesBackWhatAFailedLeaseLeased(t *testing.T) {
 	t.Parallel()
-	for _, late := range []time.Duration{0, 2 * time.Second} {
-		t.Run(fmt.Sprintf("late=%s", late), func(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(fmt.Sprintf("late=%v", late), func(t *testing.T) {
 			t.Parallel()
 			testClaimCut(t, late)
 		})
 	}
 }
 
-func testClaimCut(t *testing.T, late time.Duration) {
+func testClaimCut(t *testing.T, late bool) {
 	ctx := context.Background()
 	direct, _ := newStore(t, mongo.Options{})
 	dbName := direct.Database().Name()
@@ -145,6 +154,9 @@ func testClaimCut(t *testing.T, late time.Duration) {
 	// Cut the first update command: the claim's lease (its other writes
 	// are inserts and deletes of lock documents).
 	proxy := newCutProxy(t, host, "update", 1, late)
+	if !late {
+		close(proxy.release)
+	}
 	client, err := mongodrv.Connect(options.Client().ApplyURI(strings.Replace(uri, host, proxy.ln.Addr().String(), 1)).
 		SetDirect(true).SetRetryWrites(false).SetTimeout(20 * time.Second))
 	if err != nil {
@@ -160,7 +172,8 @@ func testClaimCut(t *testing.T, late time.Duration) {
 		t.Fatalf("the claim survived a cut connection (%d messages): the test did not cut the lease", len(got))
 	}
 	t.Logf("the claim failed as the connection was cut: %v", err)
-	if late > 0 {
+	if late {
+		close(proxy.release) // the claim gave its messages back: now the server runs its lease
 		select {
 		case <-proxy.lateSent:
 		case <-time.After(time.Minute):
