@@ -43,7 +43,7 @@ const claimRounds = 3
 //     uncounted, before the error returns; see unlease);
 //  5. delete the locks, in one delete.
 //
-// That is six round trips in all (one more to read the pauses), whatever
+// That is six round trips in all, the read of the pauses included, whatever
 // the number of messages, when the groups found were not blocked.
 //
 // Enqueue takes the same group lock outside a transaction, so a claim

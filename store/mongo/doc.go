@@ -61,7 +61,7 @@
 // read back by a token they set. A lock whose holder died expires after
 // Options.LockTTL.
 //
-// Round trips: a claim takes seven whatever its size (the pauses, the due
+// Round trips: a claim takes six whatever its size (the pauses, the due
 // messages, the locks, the locked messages, the lease, the lock release),
 // more only when the groups it found were blocked or locks had to be taken
 // over; a batch of outcomes two (the bulk write and the attempt history),
