@@ -162,3 +162,25 @@ func TestHeartbeatDoesNotUndoAnOutcome(t *testing.T) {
 		}
 	}
 }
+
+// TestPing: Ping answers on the test server and fails, matching no
+// success, on a server that is not there.
+func TestPing(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t, mongo.Options{})
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	client, err := mongodrv.Connect(options.Client().ApplyURI("mongodb://127.0.0.1:1").SetServerSelectionTimeout(500 * time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Disconnect(ctx)
+	gone, err := mongo.New(client.Database("x"), mongo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Ping(ctx); err == nil {
+		t.Fatal("Ping of a server that is not there returned nil")
+	}
+}

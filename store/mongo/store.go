@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxkit/outboxkit/internal/surface"
@@ -255,4 +256,16 @@ func dupIndexes(err error) (map[int]bool, bool) {
 		out[we.Index] = true
 	}
 	return out, true
+}
+
+var _ outbox.Pinger = (*Store)(nil)
+
+// Ping implements outbox.Pinger: one ping command. Processor.Run's start-up
+// probe calls it instead of listing one message, which a server that sorts
+// in memory (FerretDB) answers by reading the whole collection.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.db.RunCommand(ctx, bson.D{{Key: "ping", Value: 1}}).Err(); err != nil {
+		return fmt.Errorf("mongo: ping: %w", err)
+	}
+	return nil
 }
