@@ -34,7 +34,8 @@ const mongoLockTTL = 30 * time.Second
 const mongoChunk = 100
 
 // mongoClaimBudget is how long a claim goes on taking further documents
-// once it has leased some: on a slow server (FerretDB scans the collection for
+// once it has leased some (at least as long as it took to find the
+// groups): on a slow server (FerretDB scans the collection for
 // every command and writes each document of an update on its own) the
 // first rows are handed out, and sent, while the next claim (at once,
 // through Wakeups) takes the rest.
@@ -502,14 +503,18 @@ func (s *Store) claimMongo(ctx context.Context, t *table, limit int, owner strin
 	s.mu.Lock()
 	last, fit := t.lastGroup, t.groupsFit
 	s.mu.Unlock()
+	began := time.Now()
 	groups, err := s.mongoGroups(ctx, t, last, fit, min(mongoGroupWindow*limit, 20000))
 	if err != nil {
 		return fail(err)
 	}
+	// The budget is at least what finding the groups took, so that on a
+	// slow server the claim's fixed part stays at most half of it.
+	budget := max(s.mg.budget, time.Since(began))
 	token := owner + ":" + hex.EncodeToString([]byte(strconv.FormatInt(time.Now().UnixNano(), 36)))
 	var out []outbox.Message
 	var claimed []time.Time
-	pace := &claimPace{first: !s.mg.claimed.Load(), budget: s.mg.budget}
+	pace := &claimPace{first: !s.mg.claimed.Load(), budget: budget}
 	cut := false
 	// Locks are taken a batch of groups at a time, the batches growing
 	// from mongoLockChunk: a claim that needs few groups locks few, one
@@ -786,10 +791,11 @@ func (s *Store) claimUnorderedMongo(ctx context.Context, t *table, limit int, no
 	return s.leaseRows(ctx, t, fresh, nullGroup, now, owner, pace)
 }
 
-// finishMongo applies outcomes: per collection, one updateMany per
-// (claim time, values) and mongoChunk documents, fenced by the lease (the
-// document is PROCESSING with the processedAt this Store's claim wrote).
-// It returns the ids of the outcomes that did not apply.
+// finishMongo applies outcomes: per collection, one update command (a
+// bulk write) per mongoChunk outcomes, each statement fenced by the lease
+// (the document is PROCESSING with the processedAt this Store's claim
+// wrote); outcomes with the same claim time and values share one
+// statement. It returns the ids of the outcomes that did not apply.
 func (s *Store) finishMongo(ctx context.Context, work map[*table]*perTable, now time.Time) ([]string, error) {
 	var lost []string
 	for _, t := range s.tables {
@@ -804,98 +810,121 @@ func (s *Store) finishMongo(ctx context.Context, work map[*table]*perTable, now 
 	return lost, nil
 }
 
+// mongoState is what an outcome writes: the status and processedAt (nil:
+// null) a document holds once it applied.
+type mongoState struct {
+	status string
+	at     any
+}
+
 func (s *Store) finishTableMongo(ctx context.Context, t *table, w *perTable, now time.Time, lost *[]string) error {
-	// Outcomes with the same claim time and the same values are written
-	// by one fenced updateMany.
 	type key struct {
 		claimed time.Time
 		set     string
 	}
 	type change struct {
-		ids []string
-		set bson.D
+		claimed time.Time
+		ids     []string
+		set     bson.D
 	}
 	var order []key
 	changes := map[key]*change{}
-	add := func(b *batch, i int, set bson.D) {
+	want := map[string]mongoState{}
+	add := func(b *batch, i int, status string, at any, more ...bson.E) {
+		set := append(bson.D{{Key: "status", Value: status}, {Key: "processedAt", Value: at}}, more...)
 		k := key{claimed: b.claimed[i].UTC().Truncate(time.Millisecond), set: fmt.Sprint(set)}
 		if changes[k] == nil {
 			order = append(order, k)
-			changes[k] = &change{set: set}
+			changes[k] = &change{claimed: k.claimed, set: set}
 		}
 		changes[k].ids = append(changes[k].ids, b.ids[i])
+		want[b.ids[i]] = mongoState{status: status, at: at}
 	}
 	after := func(us int64) time.Time {
 		return now.Add(time.Duration(us) * time.Microsecond).Truncate(time.Millisecond)
 	}
 	for i := range w.sent.ids {
-		add(&w.sent, i, bson.D{{Key: "status", Value: StatusCompleted}, {Key: "processedAt", Value: now}, {Key: "errorMessage", Value: nil}})
+		add(&w.sent, i, StatusCompleted, now, bson.E{Key: "errorMessage", Value: nil})
 	}
 	for i := range w.retry.ids {
-		add(&w.retry, i, bson.D{{Key: "status", Value: StatusPending}, {Key: "processedAt", Value: after(w.retry.next[i])},
-			{Key: "retryCount", Value: w.retry.retry[i]}, {Key: "errorMessage", Value: w.retry.msgs[i]}})
+		add(&w.retry, i, StatusPending, after(w.retry.next[i]),
+			bson.E{Key: "retryCount", Value: w.retry.retry[i]}, bson.E{Key: "errorMessage", Value: w.retry.msgs[i]})
 	}
 	for i := range w.dead.ids {
-		add(&w.dead, i, bson.D{{Key: "status", Value: StatusFailed}, {Key: "processedAt", Value: now}, {Key: "errorMessage", Value: w.dead.msgs[i]}})
+		add(&w.dead, i, StatusFailed, now, bson.E{Key: "errorMessage", Value: w.dead.msgs[i]})
 	}
 	for i := range w.released.ids {
 		var next any // nil: due at once
 		if d := w.released.deferTo[i]; d != nil {
 			next = after(*d)
 		}
-		add(&w.released, i, bson.D{{Key: "status", Value: StatusPending}, {Key: "processedAt", Value: next}})
+		add(&w.released, i, StatusPending, next)
 	}
-	for _, k := range order {
-		c := changes[k]
-		for start := 0; start < len(c.ids); start += mongoChunk {
-			ids := c.ids[start:min(start+mongoChunk, len(c.ids))]
-			res, err := t.coll.UpdateMany(ctx, append(bson.D{{Key: "status", Value: StatusProcessing},
-				{Key: "processedAt", Value: k.claimed}}, idFilter(ids)...), bson.D{{Key: "$set", Value: c.set}})
+	// Statements of at most mongoChunk ids, commands of at most
+	// mongoChunk ids in all.
+	var models []mongo.WriteModel
+	var ids []string
+	flush := func() error {
+		if len(models) == 0 {
+			return nil
+		}
+		res, err := t.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		if err != nil {
+			return err
+		}
+		if int(res.MatchedCount) != len(ids) {
+			// Some leases were lost (recovered, maybe claimed again): the
+			// documents that do not hold what their outcome wrote (its
+			// status and processedAt, to the millisecond of this finish's
+			// server time) are the ones it did not apply to.
+			applied, err := s.holding(ctx, t, ids, want)
 			if err != nil {
 				return err
 			}
-			if int(res.MatchedCount) != len(ids) {
-				// Some leases were lost (recovered, maybe claimed again):
-				// the documents that do not hold what this update wrote
-				// (its status and processedAt, to the millisecond of this
-				// finish's server time) are the ones it did not apply to.
-				applied, err := s.holding(ctx, t, ids, c.set)
-				if err != nil {
-					return err
+			for _, id := range ids {
+				if !applied[id] {
+					*lost = append(*lost, id)
 				}
-				for _, id := range ids {
-					if !applied[id] {
-						*lost = append(*lost, id)
-					}
+			}
+		}
+		models, ids = nil, nil
+		return nil
+	}
+	for _, k := range order {
+		c := changes[k]
+		for start := 0; start < len(c.ids); {
+			part := c.ids[start:min(start+mongoChunk-len(ids), len(c.ids))]
+			start += len(part)
+			models = append(models, mongo.NewUpdateManyModel().
+				SetFilter(append(bson.D{{Key: "status", Value: StatusProcessing}, {Key: "processedAt", Value: c.claimed}}, idFilter(part)...)).
+				SetUpdate(bson.D{{Key: "$set", Value: c.set}}))
+			ids = append(ids, part...)
+			if len(ids) >= mongoChunk {
+				if err := flush(); err != nil {
+					return err
 				}
 			}
 		}
 	}
-	return nil
+	return flush()
 }
 
-// holding returns which of ids hold set's status and processedAt.
-func (s *Store) holding(ctx context.Context, t *table, ids []string, set bson.D) (map[string]bool, error) {
-	var status string
-	var at any
-	for _, e := range set {
-		switch e.Key {
-		case "status":
-			status, _ = e.Value.(string)
-		case "processedAt":
-			at = e.Value
-		}
-	}
-	rows, err := findRows(ctx, t.coll, append(bson.D{{Key: "status", Value: status}}, idFilter(ids)...),
+// holding returns which of ids hold the state want names for them.
+func (s *Store) holding(ctx context.Context, t *table, ids []string, want map[string]mongoState) (map[string]bool, error) {
+	rows, err := findRows(ctx, t.coll, idFilter(ids),
 		options.Find().SetProjection(bson.D{{Key: "status", Value: 1}, {Key: "processedAt", Value: 1}}))
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]bool{}
 	for _, r := range rows {
-		switch want := at.(type) {
+		w, ok := want[r.id]
+		if !ok || r.status != w.status {
+			continue
+		}
+		switch at := w.at.(type) {
 		case time.Time:
-			out[r.id] = r.processedAt.Valid && r.processedAt.Time.Equal(want)
+			out[r.id] = r.processedAt.Valid && r.processedAt.Time.Equal(at)
 		default: // null
 			out[r.id] = !r.processedAt.Valid
 		}

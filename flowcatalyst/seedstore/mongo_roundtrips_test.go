@@ -153,3 +153,66 @@ func TestMongoRoundTripsPerDocument(t *testing.T) {
 		t.Errorf("finishing took %.3f commands per document, want at most 0.025", per)
 	}
 }
+
+// Outcomes that write different values (retries due at different times)
+// still take one command per 100: a bulk write of fenced statements.
+func TestMongoRetriesOfARequestAreOneCommand(t *testing.T) {
+	t.Parallel()
+	m := testbackend.Mongo(t)
+	counter := &commandCounter{n: map[string]int{}}
+	client, err := mongo.Connect(options.Client().ApplyURI(testbackend.MongoURI(t)).SetMaxPoolSize(4).
+		SetTimeout(20 * time.Second).SetMonitor(&event.CommandMonitor{Started: counter.started}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	st, err := seedstore.NewMongo(client.Database(m.DB.Name()), seedstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedstore.SetMongoClaimBudget(st, time.Hour)
+	ctx := context.Background()
+	var docs []any
+	t0 := time.Now().UTC().Add(-time.Hour)
+	for i := 1; i <= 100; i++ {
+		docs = append(docs, bson.D{{Key: "_id", Value: fmt.Sprintf("R%03d", i)}, {Key: "type", Value: "EVENT"},
+			{Key: "messageGroup", Value: fmt.Sprint("group-", i)}, {Key: "payload", Value: `{}`},
+			{Key: "status", Value: "PENDING"}, {Key: "retryCount", Value: 0}, {Key: "createdAt", Value: t0}})
+	}
+	if _, err := m.DB.Collection(seedstore.DefaultEventsTable).InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []outbox.Message
+	for range 3 {
+		more, err := st.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 100 - len(msgs), Owner: "p", Now: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msgs = append(msgs, more...); len(msgs) == 100 {
+			break
+		}
+	}
+	if len(msgs) != 100 {
+		t.Fatalf("claimed %d, want 100", len(msgs))
+	}
+	counter.take()
+	now := time.Now()
+	var outcomes []outbox.Outcome
+	for i, msg := range msgs {
+		outcomes = append(outcomes, outbox.Outcome{Kind: outbox.OutcomeRetry, Topic: msg.Topic, ID: msg.ID, Attempt: msg.Attempts,
+			NextAttemptAt: now.Add(time.Duration(i+1) * time.Second), Error: &outbox.ErrorInfo{Code: "http_503", Message: fmt.Sprint("try ", i)}})
+	}
+	res, err := st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Now: now, Outcomes: outcomes})
+	if err != nil || len(res.LeaseLost) > 0 {
+		t.Fatalf("finish: %v, %d leases lost", err, len(res.LeaseLost))
+	}
+	cmds, total := counter.take()
+	if total != 2 || cmds["update"] != 1 {
+		t.Errorf("100 retries took %d commands (%v), want the clock and one update", total, cmds)
+	}
+	n, err := m.DB.Collection(seedstore.DefaultEventsTable).CountDocuments(ctx, bson.D{{Key: "status", Value: "PENDING"},
+		{Key: "processedAt", Value: bson.D{{Key: "$gt", Value: now}}}})
+	if err != nil || n != 100 {
+		t.Errorf("%d documents wait for their retry (%v), want 100", n, err)
+	}
+}
