@@ -34,9 +34,11 @@ import (
 //
 // With several listeners (processors) only one holds the lock; the others
 // are followers and wake on the notifications the holder's presence
-// causes. A holder that stops releases the lock and notifies, so the
-// followers re-evaluate; one whose connection dies silently is noticed by
-// the followers within notifyFollowerRecheck. No listener at all (no
+// causes. A holder or busy listener that stops notifies (a holder releases
+// the lock first), so the followers re-evaluate; one whose connection dies
+// silently, or a follower that settled just before the holder turned busy
+// (it read the same notification first) while the busy one's processor
+// cannot claim (not the leader), costs at most notifyFollowerRecheck. No listener at all (no
 // processor running, Options.DisableNotify on the processors, a pooler
 // that never delivers) means no enqueue notifies.
 //
@@ -204,13 +206,15 @@ func (w *notifyWatch) tick(ctx context.Context) (bool, error) {
 	return recent || w.quiet%notifySlowTicks == 0, nil
 }
 
-// leave runs when the listener stops: a holder releases the lock and
-// notifies, so that the followers re-evaluate at once.
+// leave runs when the listener stops. A holder releases the lock and
+// notifies, and so does a busy listener (enqueues may be skipping NOTIFY
+// because of it): the followers re-evaluate at once.
 func (w *notifyWatch) leave(ctx context.Context) {
-	if w.state != listenIdle {
+	if w.state == listenFollower {
 		return
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	_, _ = w.conn.Exec(cctx, `SELECT pg_advisory_unlock($1::int8), pg_notify($2, '')`, w.s.notifyKey, w.s.channel)
+	_, _ = w.conn.Exec(cctx, `SELECT CASE WHEN $3 THEN pg_advisory_unlock($1::int8) END, pg_notify($2, '')`,
+		w.s.notifyKey, w.s.channel, w.state == listenIdle)
 }
