@@ -791,11 +791,10 @@ func (s *Store) claimUnorderedMongo(ctx context.Context, t *table, limit int, no
 	return s.leaseRows(ctx, t, fresh, nullGroup, now, owner, pace)
 }
 
-// finishMongo applies outcomes: per collection, one update command (a
-// bulk write) per mongoChunk outcomes, each statement fenced by the lease
-// (the document is PROCESSING with the processedAt this Store's claim
-// wrote); outcomes with the same claim time and values share one
-// statement. It returns the ids of the outcomes that did not apply.
+// finishMongo applies outcomes: per collection, one updateMany per
+// (claim time, values) and mongoChunk documents, fenced by the lease (the
+// document is PROCESSING with the processedAt this Store's claim wrote).
+// It returns the ids of the outcomes that did not apply.
 func (s *Store) finishMongo(ctx context.Context, work map[*table]*perTable, now time.Time) ([]string, error) {
 	var lost []string
 	for _, t := range s.tables {
@@ -860,53 +859,37 @@ func (s *Store) finishTableMongo(ctx context.Context, t *table, w *perTable, now
 		}
 		add(&w.released, i, StatusPending, next)
 	}
-	// Statements of at most mongoChunk ids, commands of at most
-	// mongoChunk ids in all.
-	var models []mongo.WriteModel
-	var ids []string
-	flush := func() error {
-		if len(models) == 0 {
-			return nil
-		}
-		res, err := t.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
-		if err != nil {
-			return err
-		}
-		if int(res.MatchedCount) != len(ids) {
-			// Some leases were lost (recovered, maybe claimed again): the
-			// documents that do not hold what their outcome wrote (its
-			// status and processedAt, to the millisecond of this finish's
-			// server time) are the ones it did not apply to.
-			applied, err := s.holding(ctx, t, ids, want)
+	// One updateMany per change and mongoChunk ids, one after the other:
+	// FerretDB v1 holds a PostgreSQL connection per statement of a bulk
+	// write until the command ends, and concurrent bulk writes deadlock its
+	// pool.
+	for _, k := range order {
+		c := changes[k]
+		for start := 0; start < len(c.ids); start += mongoChunk {
+			ids := c.ids[start:min(start+mongoChunk, len(c.ids))]
+			res, err := t.coll.UpdateMany(ctx, append(bson.D{{Key: "status", Value: StatusProcessing},
+				{Key: "processedAt", Value: c.claimed}}, idFilter(ids)...), bson.D{{Key: "$set", Value: c.set}})
 			if err != nil {
 				return err
 			}
-			for _, id := range ids {
-				if !applied[id] {
-					*lost = append(*lost, id)
-				}
-			}
-		}
-		models, ids = nil, nil
-		return nil
-	}
-	for _, k := range order {
-		c := changes[k]
-		for start := 0; start < len(c.ids); {
-			part := c.ids[start:min(start+mongoChunk-len(ids), len(c.ids))]
-			start += len(part)
-			models = append(models, mongo.NewUpdateManyModel().
-				SetFilter(append(bson.D{{Key: "status", Value: StatusProcessing}, {Key: "processedAt", Value: c.claimed}}, idFilter(part)...)).
-				SetUpdate(bson.D{{Key: "$set", Value: c.set}}))
-			ids = append(ids, part...)
-			if len(ids) >= mongoChunk {
-				if err := flush(); err != nil {
+			if int(res.MatchedCount) != len(ids) {
+				// Some leases were lost (recovered, maybe claimed again):
+				// the documents that do not hold what their outcome wrote
+				// (its status and processedAt, to the millisecond of this
+				// finish's server time) are the ones it did not apply to.
+				applied, err := s.holding(ctx, t, ids, want)
+				if err != nil {
 					return err
 				}
+				for _, id := range ids {
+					if !applied[id] {
+						*lost = append(*lost, id)
+					}
+				}
 			}
 		}
 	}
-	return flush()
+	return nil
 }
 
 // holding returns which of ids hold the state want names for them.
