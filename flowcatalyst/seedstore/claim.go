@@ -188,7 +188,8 @@ func (s *Store) claimWith(ctx context.Context, t *table, stmt, owner string, arg
 func (s *Store) remember(t *table, out []outbox.Message, claimed []time.Time) {
 	s.mu.Lock()
 	for i, m := range out {
-		s.leases[leaseKey{t.topic, m.ID}] = lease{claimedAt: claimed[i], attempt: m.Attempts}
+		s.leaseGen++
+		s.leases[leaseKey{t.topic, m.ID}] = lease{claimedAt: claimed[i], attempt: m.Attempts, gen: s.leaseGen}
 	}
 	s.mu.Unlock()
 }

@@ -72,13 +72,13 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	delay := func(t time.Time) int64 { return max(at(t).Sub(now), 0).Microseconds() }
 	work := map[*table]*perTable{}
 	var res outbox.FinishResult
-	var keys []leaseKey
+	var keys []heldLease
 	take := func(topic, id string, attempt int) (*table, time.Time, bool) {
 		t, l, ok := s.leaseOf(topic, id)
 		if !ok || l.attempt != attempt {
 			return nil, time.Time{}, false
 		}
-		keys = append(keys, leaseKey{t.topic, id})
+		keys = append(keys, heldLease{leaseKey{t.topic, id}, l.gen})
 		return t, l.claimedAt, true
 	}
 	get := func(t *table) *perTable {
@@ -202,10 +202,19 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	return res, nil
 }
 
-func (s *Store) forget(keys []leaseKey) {
+// forget drops the leases a committed finish used, and only those: once
+// its transaction has committed, a row it made due again (a retry, a
+// release) may already be claimed again, by this Store, under a new lease
+// that must stay.
+func (s *Store) forget(keys []heldLease) {
+	if s.beforeForget != nil {
+		s.beforeForget()
+	}
 	s.mu.Lock()
 	for _, k := range keys {
-		delete(s.leases, k)
+		if l, ok := s.leases[k.key]; ok && l.gen == k.gen {
+			delete(s.leases, k.key)
+		}
 	}
 	s.mu.Unlock()
 }

@@ -208,3 +208,8 @@ func TestMySQLQueriesAndCreateTables(t *testing.T) {
 		t.Error("MySQLDSN accepted a malformed DSN")
 	}
 }
+
+func TestMySQLReclaimBeforeForgetKeepsTheNewLease(t *testing.T) {
+	t.Parallel()
+	testReclaimBeforeForget(t, setupMySQL)
+}

@@ -200,10 +200,13 @@ type Store struct {
 
 	wake chan struct{} // Wakeups (MongoDB)
 
-	mu          sync.Mutex
-	leases      map[leaseKey]lease
-	turn        int
-	lastCreated time.Time // MessageEnqueue: the latest created_at written
+	mu       sync.Mutex
+	leases   map[leaseKey]lease
+	leaseGen uint64 // the last lease.gen handed out
+
+	beforeForget func() // tests: runs between a finish's commit and its forget
+	turn         int
+	lastCreated  time.Time // MessageEnqueue: the latest created_at written
 }
 
 type leaseKey struct{ topic, id string }
@@ -211,6 +214,16 @@ type leaseKey struct{ topic, id string }
 type lease struct {
 	claimedAt time.Time
 	attempt   int
+	// gen tells this claim of the row from a later one: a finish forgets
+	// only the leases it used, not the new lease of a row claimed again
+	// between its commit and its forget (a retry due at once).
+	gen uint64
+}
+
+// heldLease is a lease a finish used, for forget.
+type heldLease struct {
+	key leaseKey
+	gen uint64
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)

@@ -466,3 +466,51 @@ func TestClaimProgressesThroughEqualCreatedAt(t *testing.T) {
 		t.Fatalf("claimed %v, want all 7 rows, %s first and %s last", order, before, after)
 	}
 }
+
+func TestReclaimBeforeForgetKeepsTheNewLease(t *testing.T) {
+	t.Parallel()
+	testReclaimBeforeForget(t, setup)
+}
+
+// testReclaimBeforeForget: a row a finish releases (due at once) is claimed
+// again by the same Store between the finish's commit and the moment the
+// finish forgets the lease it used. The new lease must survive: its outcome
+// is written, not refused as a lost lease (which left the row PROCESSING
+// until recovery: 131 rows in a CI run of the processor tier).
+func testReclaimBeforeForget(t *testing.T, setup func(testing.TB) *bundle) {
+	b := setup(t)
+	ctx := context.Background()
+	id := b.insert(t, flowcatalyst.TopicEvent, "g", `{"n":1}`, time.Now().Add(-time.Minute))
+	first, err := b.store.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "p", Now: time.Now()})
+	if err != nil || len(first) != 1 || first[0].ID != id {
+		t.Fatalf("claim: %d messages, %v", len(first), err)
+	}
+	var again []outbox.Message
+	var againErr error
+	seedstore.SetBeforeForget(b.store, func() {
+		if again == nil && againErr == nil {
+			again, againErr = b.store.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "p", Now: time.Now()})
+		}
+	})
+	res, err := b.store.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Now: time.Now(), Outcomes: []outbox.Outcome{
+		{Kind: outbox.OutcomeReleased, Topic: first[0].Topic, ID: id, Attempt: first[0].Attempts},
+	}})
+	if err != nil || len(res.LeaseLost) != 0 {
+		t.Fatalf("release: %+v, %v", res, err)
+	}
+	if againErr != nil || len(again) != 1 || again[0].ID != id {
+		t.Fatalf("claim between commit and forget: %d messages, %v", len(again), againErr)
+	}
+	res, err = b.store.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Now: time.Now(), Outcomes: []outbox.Outcome{
+		{Kind: outbox.OutcomeSent, Topic: again[0].Topic, ID: id, Attempt: again[0].Attempts},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.LeaseLost) != 0 {
+		t.Fatalf("the outcome of the new claim was refused as a lost lease: %v", res.LeaseLost)
+	}
+	if got := b.row(t, flowcatalyst.TopicEvent, id); got.Status != seedstore.StatusCompleted {
+		t.Fatalf("row is %s, want COMPLETED", got.Status)
+	}
+}
