@@ -64,17 +64,8 @@ func BenchmarkClaimFinishRoundTrips(b *testing.B) {
 	const n, groups = 2000, 100
 	for range b.N {
 		b.StopTimer()
-		direct, _ := newStore(b, mongo.Options{})
-		var msgs []outbox.Message
-		for i := range n {
-			msgs = append(msgs, outbox.Message{Topic: "t", Group: fmt.Sprint("g", i%groups), Payload: []byte(fmt.Sprint(i))})
-		}
+		direct := benchBacklog(b, n, groups)
 		ctx := context.Background()
-		for start := 0; start < n; start += 500 {
-			if _, err := outbox.New(direct, outbox.Options{}).Enqueue(ctx, msgs[start:start+500]...); err != nil {
-				b.Fatal(err)
-			}
-		}
 		claims, finishes := &commandCounter{n: map[string]int{}}, &commandCounter{n: map[string]int{}}
 		var cur *commandCounter
 		client, err := mongodrv.Connect(options.Client().ApplyURI(testbackend.MongoURI(b)).SetTimeout(60 * time.Second).
@@ -135,17 +126,8 @@ func BenchmarkDrainRoundTrips(b *testing.B) {
 	const n, groups = 2000, 100
 	for range b.N {
 		b.StopTimer()
-		direct, _ := newStore(b, mongo.Options{})
-		var msgs []outbox.Message
-		for i := range n {
-			msgs = append(msgs, outbox.Message{Topic: "t", Group: fmt.Sprint("g", i%groups), Payload: []byte(fmt.Sprint(i))})
-		}
+		direct := benchBacklog(b, n, groups)
 		ctx := context.Background()
-		for start := 0; start < n; start += 500 {
-			if _, err := outbox.New(direct, outbox.Options{}).Enqueue(ctx, msgs[start:start+500]...); err != nil {
-				b.Fatal(err)
-			}
-		}
 		counter := &commandCounter{n: map[string]int{}}
 		client, err := mongodrv.Connect(options.Client().ApplyURI(testbackend.MongoURI(b)).
 			SetMaxPoolSize(4).SetTimeout(60 * time.Second).SetMonitor(counter.monitor()))
@@ -197,4 +179,21 @@ func BenchmarkDrainRoundTrips(b *testing.B) {
 		b.Logf("round trips per message: %s", detail)
 		_ = client.Disconnect(ctx)
 	}
+}
+
+// benchBacklog returns a fresh store holding n messages of topic "t" in
+// groups groups, enqueued 500 at a time.
+func benchBacklog(b *testing.B, n, groups int) *mongo.Store {
+	b.Helper()
+	direct, _ := newStore(b, mongo.Options{})
+	var msgs []outbox.Message
+	for i := range n {
+		msgs = append(msgs, outbox.Message{Topic: "t", Group: fmt.Sprint("g", i%groups), Payload: []byte(fmt.Sprint(i))})
+	}
+	for start := 0; start < n; start += 500 {
+		if _, err := outbox.New(direct, outbox.Options{}).Enqueue(context.Background(), msgs[start:min(start+500, n)]...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return direct
 }
