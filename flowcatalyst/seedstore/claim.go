@@ -90,6 +90,14 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 		}
 		msgs, more, err := s.claim(ctx, t, remaining, p.Owner, now)
 		cut = cut || more
+		if err != nil {
+			if len(out) > 0 {
+				// Rows already claimed are committed: hand them out.
+				s.log.WarnContext(ctx, "seedstore: claim failed", "table", t.raw, "err", err)
+				break
+			}
+			return nil, err
+		}
 		if s.mg != nil && !s.mg.claimed.Load() && len(msgs) > 0 && i == 0 {
 			// A Store's first claim hands out its first documents at
 			// once (see claimPace); the other collection comes next.
@@ -98,14 +106,6 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 			s.turn++
 			s.mu.Unlock()
 			break
-		}
-		if err != nil {
-			if len(out) > 0 {
-				// Rows already claimed are committed: hand them out.
-				s.log.WarnContext(ctx, "seedstore: claim failed", "table", t.raw, "err", err)
-				break
-			}
-			return nil, err
 		}
 		out = append(out, msgs...)
 	}
