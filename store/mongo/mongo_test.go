@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxkit/outboxkit/internal/testbackend"
+	"github.com/outboxkit/outboxkit/outbox"
 	"github.com/outboxkit/outboxkit/outbox/outboxtest/storetest"
 	"github.com/outboxkit/outboxkit/store/mongo"
 )
@@ -91,4 +93,34 @@ func TestConformance(t *testing.T) {
 		},
 		Features: storetest.Features{ConcurrentWriters: true, ProcessorMessages: 400, Lacks: missing},
 	})
+}
+
+// A processor on a store whose Migrate never ran refuses to start with
+// ErrNotMigrated (its claim would lack the unique indexes FIFO rests on);
+// after Migrate, the probe passes.
+func TestRunRefusesAnUnmigratedStore(t *testing.T) {
+	t.Parallel()
+	db := testbackend.Mongo(t)
+	s, err := mongo.New(db.DB, mongo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := outbox.NewProcessor(s, outbox.PublisherFunc(func(_ context.Context, ms []outbox.Message) []outbox.Result {
+		return make([]outbox.Result, len(ms))
+	}), outbox.Config{AllTopics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(ctx); !errors.Is(err, outbox.ErrNotMigrated) {
+		t.Fatalf("Run on an unmigrated store returned %v, want ErrNotMigrated", err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping after Migrate: %v", err)
+	}
 }

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxkit/outboxkit/internal/surface"
@@ -260,12 +259,19 @@ func dupIndexes(err error) (map[int]bool, bool) {
 
 var _ outbox.Pinger = (*Store)(nil)
 
-// Ping implements outbox.Pinger: one ping command. Processor.Run's start-up
-// probe calls it instead of listing one message, which a server that sorts
-// in memory (FerretDB) answers by reading the whole collection.
+// Ping implements outbox.Pinger: it reads the schema version (one small
+// read of the versions collection) and reports outbox.ErrNotMigrated when
+// Migrate never ran: the claim's FIFO rests on the unique indexes Migrate
+// creates. Processor.Run's start-up probe calls it instead of listing one
+// message, which a server that sorts in memory (FerretDB) answers by
+// reading the whole collection.
 func (s *Store) Ping(ctx context.Context) error {
-	if err := s.db.RunCommand(ctx, bson.D{{Key: "ping", Value: 1}}).Err(); err != nil {
+	v, err := s.SchemaVersion(ctx)
+	if err != nil {
 		return fmt.Errorf("mongo: ping: %w", err)
+	}
+	if v == 0 {
+		return fmt.Errorf("mongo: ping: %w: no schema version recorded (call Migrate)", outbox.ErrNotMigrated)
 	}
 	return nil
 }
