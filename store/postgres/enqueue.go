@@ -81,9 +81,9 @@ func (s *Store) MessageEnqueue(ctx context.Context, p outbox.MessageEnqueueParam
 // stays usable. A message whose (Tenant, IdempotencyKey) is already stored
 // (or earlier in the same call) is not inserted: its result holds the stored
 // message with Existed = true, and tx stays usable. A caller-chosen ID
-// already used by a message with another (Tenant, IdempotencyKey) fails
-// the statement with an error matching outbox.ErrInvalidInput, and tx is
-// aborted (roll it back).
+// already used by a message with another (Tenant, IdempotencyKey) is
+// refused with an error matching outbox.ErrInvalidInput; nothing of the
+// call is stored, and tx stays usable.
 //
 // Enqueueing into an ordered group (Group != "") takes a transaction-level
 // lock on that group: a second transaction enqueueing into the same group
@@ -252,8 +252,9 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		}
 		m, ok := found[tenantKey{msgs[i].Tenant, msgs[i].IdempotencyKey}]
 		if !ok {
-			// Not reached in practice (a clash on the ID alone fails the
-			// statement, see enqueueErr), kept for safety.
+			// Skipped, yet no message has its key: its ID is another
+			// message's (another key, or another tenant). The call fails;
+			// the caller rolls back what it inserted.
 			return nil, fmt.Errorf("message %d: %w", i, outbox.InvalidParam("ID", "is already used by another message"))
 		}
 		out[i] = outbox.Enqueued{Message: m, Existed: true}
@@ -262,10 +263,9 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 }
 
 // enqueueErr wraps an error of the enqueue statement. The statement skips
-// a message whose (tenant, idempotency key) is stored already; an ID used
-// by a message with another key or tenant (caller-chosen IDs only) fails
-// the statement, and so the caller's transaction, with an error matching
-// outbox.ErrInvalidInput.
+// a message whose key or ID is stored already (every unique index is an
+// arbiter), so a unique violation on the primary key is not expected; it
+// is still reported as the ID clash it is, matching outbox.ErrInvalidInput.
 func enqueueErr(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23505" && strings.HasSuffix(pe.ConstraintName, "messages_pkey") {

@@ -89,10 +89,20 @@ func buildSQL(s *Store) sqlText {
 		i.next_attempt_at, $12, $12, i.headers::jsonb, i.payload::json, i.content_type, i.payload_bytes
 	FROM input i CROSS JOIN locks l
 	WHERE l.n >= 0
+		-- A key is matched against the IDs of keyless messages (their
+		-- key), and a keyless message's ID against the keys of keyed
+		-- ones: the idempotency index holds keyed messages only (a
+		-- keyless one's uniqueness is its primary key's).
+		AND (i.ikey = i.id OR NOT EXISTS (
+			SELECT 1 FROM {T} e WHERE e.id = i.ikey AND e.tenant = i.tenant AND e.idempotency_key = e.id))
+		AND (i.ikey <> i.id OR NOT EXISTS (
+			SELECT 1 FROM {T} e WHERE e.tenant = i.tenant AND e.idempotency_key = i.id AND e.idempotency_key <> e.id))
 	ORDER BY i.ord
-	-- Only the idempotency key is an arbiter: one index probe per row
-	-- instead of two (an ID used by another key is an error, see enqueue).
-	ON CONFLICT (tenant, idempotency_key) DO NOTHING
+	-- Both unique indexes are arbiters: a repeated key (the idempotency
+	-- index, keyed messages) and a repeated ID (the primary key, which is
+	-- a keyless message's key) are skipped, and enqueue looks the stored
+	-- message up. A keyless message probes the primary key only.
+	ON CONFLICT DO NOTHING
 	RETURNING id, seq
 )` + notifyCTE + `
 SELECT ins.id, ins.seq FROM ins` + notifyJoin)
@@ -295,8 +305,14 @@ SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status
 	return sqlText{
 		enqueue:         enqueue(true),
 		enqueueNoNotify: enqueue(false),
-		existing: q(`SELECT {COLS} FROM {T}
-WHERE (tenant, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`),
+		// A stored message by (tenant, key): a keyed one through the
+		// idempotency index, a keyless one (its key is its ID) through the
+		// primary key.
+		existing: q(`SELECT {MCOLS} FROM unnest($1::text[], $2::text[]) AS k(tenant, ikey)
+	JOIN {T} m ON m.tenant = k.tenant AND m.idempotency_key = k.ikey AND m.idempotency_key <> m.id
+UNION ALL
+SELECT {MCOLS} FROM unnest($1::text[], $2::text[]) AS k(tenant, ikey)
+	JOIN {T} m ON m.id = k.ikey AND m.tenant = k.tenant AND m.idempotency_key = m.id`),
 		claimAll:            claim(false),
 		claimTopics:         claim(true),
 		claimFallbackAll:    claimFallback(false),

@@ -180,9 +180,9 @@ func TestEnqueueTxCommitRollbackAndIdempotency(t *testing.T) {
 }
 
 // TestEnqueueCallerIDClash: a caller-chosen ID already used by a message
-// with another key is refused with an ErrInvalidInput error (the statement
-// failed, so the transaction is aborted), and nothing is stored; the same
-// ID and key again is an idempotent repeat.
+// with another key is refused with an ErrInvalidInput error, the caller's
+// transaction stays usable, and nothing is stored; the same ID and key
+// again is an idempotent repeat.
 func TestEnqueueCallerIDClash(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -200,6 +200,9 @@ func TestEnqueueCallerIDClash(t *testing.T) {
 	if !errors.Is(err, outbox.ErrInvalidInput) || !strings.Contains(err.Error(), "ID") {
 		t.Fatalf("clash: err = %v, want an ErrInvalidInput on ID", err)
 	}
+	if _, err := tx.Exec(b.ctx, "SELECT 1"); err != nil {
+		t.Fatalf("the transaction is unusable after the clash: %v", err)
+	}
 	_ = tx.Rollback(b.ctx)
 	other := msg("t", "g", 3)
 	other.ID, other.Tenant, other.IdempotencyKey = id, "other-tenant", "a"
@@ -213,6 +216,41 @@ func TestEnqueueCallerIDClash(t *testing.T) {
 	cnt, err := b.store.MessageCount(b.ctx, outbox.MessageCountParams{})
 	if err != nil || cnt[outbox.StatusPending] != 1 {
 		t.Fatalf("count = %v, %v", cnt, err)
+	}
+}
+
+// TestEnqueueKeyMatchesKeylessID: a message enqueued without a key has its
+// ID as key, so a later message whose key is that ID repeats it, and a
+// keyless message whose ID is a stored message's key repeats that one,
+// though only keyed messages are in the idempotency index.
+func TestEnqueueKeyMatchesKeylessID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	keyless := msg("t", "g", 1)
+	first := b.enqueue(keyless)[0].Message
+	keyed := msg("t", "g", 2)
+	keyed.IdempotencyKey = first.ID
+	if r := b.enqueue(keyed)[0]; !r.Existed || r.Message.ID != first.ID || payloadN(t, r.Message) != 1 {
+		t.Fatalf("key = a keyless message's ID: %+v, want the keyless message", r)
+	}
+	key := outbox.NewID(time.Now()) // IDs are ULIDs; this key is one too
+	stored := msg("t", "g", 3)
+	stored.IdempotencyKey = key
+	storedID := b.enqueue(stored)[0].Message.ID
+	again := msg("t", "g", 4)
+	again.ID = key // no key: its key is its ID
+	if r := b.enqueue(again)[0]; !r.Existed || r.Message.ID != storedID || payloadN(t, r.Message) != 3 {
+		t.Fatalf("keyless ID = a stored key: %+v, want the keyed message", r)
+	}
+	// Another tenant shares nothing.
+	other := msg("t", "g", 5)
+	other.Tenant, other.ID = "other-tenant", key
+	if r := b.enqueue(other)[0]; r.Existed {
+		t.Fatalf("another tenant: %+v, want a new message", r)
+	}
+	cnt, err := b.store.MessageCount(b.ctx, outbox.MessageCountParams{})
+	if err != nil || cnt[outbox.StatusPending] != 2 {
+		t.Fatalf("count = %v, %v, want 2 pending", cnt, err)
 	}
 }
 

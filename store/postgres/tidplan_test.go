@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxkit/outboxkit/internal/testbackend"
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -52,30 +54,7 @@ FROM generate_series(1, 5000) AS i`, s.messages)); err != nil {
 			}
 			explain := func(settings, sql string, args ...any) string {
 				t.Helper()
-				tx, err := pg.Pool.Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer func() { _ = tx.Rollback(ctx) }()
-				if _, err := tx.Exec(ctx, settings); err != nil {
-					t.Fatal(err)
-				}
-				rows, err := tx.Query(ctx, "EXPLAIN "+sql, args...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var lines []string
-				for rows.Next() {
-					var l string
-					if err := rows.Scan(&l); err != nil {
-						t.Fatal(err)
-					}
-					lines = append(lines, l)
-				}
-				if err := rows.Err(); err != nil {
-					t.Fatal(err)
-				}
-				return strings.Join(lines, "\n")
+				return explainIn(t, ctx, pg.Pool, settings, sql, args...)
 			}
 			claim := explain(planSettings, s.sql.claimAll, time.Now(), "p", 500, 2000, 100)
 			if n := strings.Count(claim, "Tid Scan on "+s.prefix+"messages"); n < 2 {
@@ -113,5 +92,81 @@ FROM generate_series(1, 5000) AS i`, s.messages)); err != nil {
 				t.Errorf("outcome scans the lease index:\n%s", finish)
 			}
 		})
+	}
+}
+
+// explainIn returns the plan of sql with args, after settings, in a
+// transaction rolled back at the end.
+func explainIn(t *testing.T, ctx context.Context, pool *pgxpool.Pool, settings, sql string, args ...any) string {
+	t.Helper()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if settings != "" {
+		if _, err := tx.Exec(ctx, settings); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN "+sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for rows.Next() {
+		var l string
+		if err := rows.Scan(&l); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, l)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestEnqueuePlans: the enqueue's idempotency checks and the lookup of
+// stored messages are index probes (the primary key for keyless messages,
+// the idempotency index for keyed ones), never a scan of the table, on an
+// analysed table of keyless and keyed messages.
+func TestEnqueuePlans(t *testing.T) {
+	pg := testbackend.Postgres(t, 2)
+	s, err := New(pg.Pool, Options{Schema: pg.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// 5,000 messages, every tenth with a key of its own.
+	if _, err := pg.Pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (id, tenant, topic, grp, idempotency_key, status,
+	next_attempt_at, created_at, updated_at, payload)
+SELECT 'm' || i, 'default', 't', 'g' || (i %% 100), CASE WHEN i %% 10 = 0 THEN 'k' || i ELSE 'm' || i END, 'PENDING',
+	now(), now(), now(), '{}'::json
+FROM generate_series(1, 5000) AS i`, s.messages)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, "ANALYZE "+s.messages); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	ids, keys := []string{"n1", "n2"}, []string{"n1", "k-new"} // one keyless, one keyed
+	args := []any{ids, []string{"default", "default"}, []string{"t", "t"}, []string{"g1", "g2"}, keys,
+		[]*string{nil, nil}, []*string{nil, nil}, []int32{0, 0}, []time.Time{now, now}, []string{"", ""}, [][]byte{nil, nil},
+		now, s.groupNS, s.channel, s.notifyKey}
+	for name, plan := range map[string]string{
+		"enqueue":  explainIn(t, ctx, pg.Pool, "", s.sql.enqueue, args...),
+		"existing": explainIn(t, ctx, pg.Pool, "", s.sql.existing, []string{"default", "default"}, []string{"m1", "k10"}),
+	} {
+		if strings.Contains(plan, "Seq Scan on "+s.prefix+"messages") {
+			t.Errorf("%s scans the table:\n%s", name, plan)
+		}
+		if !strings.Contains(plan, s.prefix+"messages_idempotency") || !strings.Contains(plan, s.prefix+"messages_pkey") {
+			t.Errorf("%s does not probe both unique indexes:\n%s", name, plan)
+		}
 	}
 }
