@@ -23,29 +23,11 @@ import (
 func TestWritePathPlans(t *testing.T) {
 	for _, del := range []bool{false, true} {
 		t.Run(fmt.Sprintf("delete-sent=%v", del), func(t *testing.T) {
-			pg := testbackend.Postgres(t, 2)
-			opts := Options{Schema: pg.Name}
+			var opts Options
 			if del {
 				opts.DeleteSentTopics = []string{"t"}
 			}
-			s, err := New(pg.Pool, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			if err := s.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := pg.Pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (id, tenant, topic, grp, idempotency_key, status,
-	next_attempt_at, created_at, updated_at, payload)
-SELECT 'm' || i, 'default', 't', 'g' || (i %% 100), 'k' || i, 'PENDING', now() - interval '1 second', now(), now(), '{}'::json
-FROM generate_series(1, 5000) AS i`, s.messages)); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := pg.Pool.Exec(ctx, "ANALYZE "+s.messages); err != nil {
-				t.Fatal(err)
-			}
+			s, pg, ctx := planTable(t, opts, "'k' || i")
 			// Another processor holds 1,000 leases.
 			for range 2 {
 				if _, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 500, Owner: "other", Now: time.Now()}); err != nil {
@@ -132,27 +114,8 @@ func explainIn(t *testing.T, ctx context.Context, pool *pgxpool.Pool, settings, 
 // the idempotency index for keyed ones), never a scan of the table, on an
 // analysed table of keyless and keyed messages.
 func TestEnqueuePlans(t *testing.T) {
-	pg := testbackend.Postgres(t, 2)
-	s, err := New(pg.Pool, Options{Schema: pg.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// 5,000 messages, every tenth with a key of its own.
-	if _, err := pg.Pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (id, tenant, topic, grp, idempotency_key, status,
-	next_attempt_at, created_at, updated_at, payload)
-SELECT 'm' || i, 'default', 't', 'g' || (i %% 100), CASE WHEN i %% 10 = 0 THEN 'k' || i ELSE 'm' || i END, 'PENDING',
-	now(), now(), now(), '{}'::json
-FROM generate_series(1, 5000) AS i`, s.messages)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pg.Pool.Exec(ctx, "ANALYZE "+s.messages); err != nil {
-		t.Fatal(err)
-	}
+	// Every tenth message has a key of its own.
+	s, pg, ctx := planTable(t, Options{}, "CASE WHEN i % 10 = 0 THEN 'k' || i ELSE 'm' || i END")
 	now := time.Now()
 	ids, keys := []string{"n1", "n2"}, []string{"n1", "k-new"} // one keyless, one keyed
 	args := []any{ids, []string{"default", "default"}, []string{"t", "t"}, []string{"g1", "g2"}, keys,
@@ -169,4 +132,32 @@ FROM generate_series(1, 5000) AS i`, s.messages)); err != nil {
 			t.Errorf("%s does not probe both unique indexes:\n%s", name, plan)
 		}
 	}
+}
+
+// planTable returns a migrated store in a fresh schema whose messages table
+// holds 5,000 due PENDING messages over 100 groups of topic "t" (IDs 'm' ||
+// i, keys keyExpr of i), analysed.
+func planTable(t *testing.T, opts Options, keyExpr string) (*Store, testbackend.PostgresSchema, context.Context) {
+	t.Helper()
+	pg := testbackend.Postgres(t, 2)
+	opts.Schema = pg.Name
+	s, err := New(pg.Pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO `+s.messages+` (id, tenant, topic, grp, idempotency_key, status,
+	next_attempt_at, created_at, updated_at, payload)
+SELECT 'm' || i, 'default', 't', 'g' || (i % 100), `+keyExpr+`, 'PENDING', now() - interval '1 second', now(), now(), '{}'::json
+FROM generate_series(1, 5000) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, "ANALYZE "+s.messages); err != nil {
+		t.Fatal(err)
+	}
+	return s, pg, ctx
 }
