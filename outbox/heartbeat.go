@@ -21,7 +21,9 @@ type lease struct {
 	lost    bool
 }
 
-func leaseKey(m *Message) string { return m.Topic + "\x00" + m.ID }
+func leaseKey(m *Message) string { return keyOf(m.Topic, m.ID) }
+
+func keyOf(topic, id string) string { return topic + "\x00" + id }
 
 // hold registers the leases of a claim taken at now.
 func (p *Processor) hold(msgs []Message, now time.Time) {
@@ -46,13 +48,44 @@ func (p *Processor) holds(m Message, now time.Time) bool {
 	return !l.lost && now.Sub(l.renewed) < p.cfg.ProcessingTimeout
 }
 
-// forget drops m's lease once its outcome is written (or refused).
+// forget drops m's lease (one it no longer publishes under).
 func (p *Processor) forget(m Message) {
 	p.leaseMu.Lock()
 	defer p.leaseMu.Unlock()
 	k := leaseKey(&m)
 	if l := p.leases[k]; l != nil && l.claimedAt.Equal(m.ClaimedAt) {
 		delete(p.leases, k)
+	}
+}
+
+// leaseOf returns the lease of m's claim, or nil when the processor holds
+// none.
+func (p *Processor) leaseOf(m *Message) *lease {
+	p.leaseMu.Lock()
+	defer p.leaseMu.Unlock()
+	if l := p.leases[leaseKey(m)]; l != nil && l.claimedAt.Equal(m.ClaimedAt) {
+		return l
+	}
+	return nil
+}
+
+// forgetLeases drops the leases an outcome was written under, and only
+// those: once the outcome is committed, a message it made due again (a
+// retry, a release) may already be claimed again by this processor, and
+// that claim's lease must stay. ClaimedAt alone does not tell the two
+// claims apart on a store whose clock is coarse (whole seconds for
+// seedstore on MySQL).
+func (p *Processor) forgetLeases(ls []*lease) {
+	p.leaseMu.Lock()
+	defer p.leaseMu.Unlock()
+	for _, l := range ls {
+		if l == nil {
+			continue
+		}
+		k := keyOf(l.topic, l.id)
+		if p.leases[k] == l {
+			delete(p.leases, k)
+		}
 	}
 }
 

@@ -607,9 +607,13 @@ func (p *Processor) recordLoop() {
 func (p *Processor) record(batches []*finishBatch) {
 	params := MessageFinishParams{Owner: p.cfg.ID, Now: p.cfg.Clock.Now()}
 	count := 0
+	// The leases the outcomes are written under, taken before the write:
+	// once it commits, a message may be claimed again (see forgetLeases).
+	var held []*lease
 	for _, b := range batches {
 		count += b.expired
 		for _, f := range b.items {
+			held = append(held, p.leaseOf(&f.msg))
 			switch f.out.Kind {
 			case OutcomeSent:
 				p.counters.sent.Add(1)
@@ -642,10 +646,8 @@ func (p *Processor) record(batches []*finishBatch) {
 	published := 0
 	for _, b := range batches {
 		published += b.published
-		for _, f := range b.items {
-			p.forget(f.msg)
-		}
 	}
+	p.forgetLeases(held)
 	p.addUnrecorded(-published)
 	ctx := context.WithoutCancel(p.pubCtx)
 	for _, b := range batches {

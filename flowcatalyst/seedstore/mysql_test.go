@@ -213,3 +213,8 @@ func TestMySQLReclaimBeforeForgetKeepsTheNewLease(t *testing.T) {
 	t.Parallel()
 	testReclaimBeforeForget(t, setupMySQL)
 }
+
+func TestMySQLProcessorReclaimBeforeForgetKeepsTheNewLease(t *testing.T) {
+	t.Parallel()
+	testProcessorReclaimBeforeForget(t, setupMySQL)
+}

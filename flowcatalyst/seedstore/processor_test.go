@@ -294,3 +294,98 @@ func TestProcessorSmallBufferLosesNothing(t *testing.T) {
 	waitFor(t, "every row COMPLETED", 60*time.Second, func() bool { return b.countStatus(t, "COMPLETED") == 180 })
 	checkFIFO(t, srv.Items(flowcatalyst.CurrentAPI.EventsPath), groups)
 }
+
+func TestProcessorReclaimBeforeForgetKeepsTheNewLease(t *testing.T) {
+	t.Parallel()
+	testProcessorReclaimBeforeForget(t, setup)
+}
+
+// testProcessorReclaimBeforeForget: a processor retries a row at once and
+// claims it again while its recorder is still between the finish's commit
+// and the moment it forgets the lease of the first claim. processed_at,
+// which is the claim's ClaimedAt, has whole seconds on MySQL, so both
+// claims of a row can carry the same ClaimedAt: forgetting the first lease
+// must not drop the second, or the processor never publishes the second
+// claim and the row stays PROCESSING until recovery (the processor tier of
+// CI: 42 rows PROCESSING, none PENDING, after 3 minutes).
+//
+// The store's finish hook holds the recorder after the commit until the row
+// has been claimed again, and MaxUnrecordedOutcomes 1 makes the worker of
+// the second claim wait until the first outcome is fully recorded (forget
+// included) before it publishes. Each trial starts just after a second of
+// the clock, so that both claims of its row fall within one second on
+// MySQL; trials stop once one did.
+func testProcessorReclaimBeforeForget(t *testing.T, setup func(testing.TB) *bundle) {
+	b := setup(t)
+	st := b.newStore(t)
+	table := b.table(flowcatalyst.TopicEvent)
+	var mu sync.Mutex
+	claims := map[string][]time.Time{} // the ClaimedAt of each attempt, per id
+	var current string                 // the row of the running trial
+	seedstore.SetBeforeForget(st, func() {
+		mu.Lock()
+		id := current
+		mu.Unlock()
+		// Hold the recorder (the finish committed) until the row, retried
+		// due at once, is claimed again.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+			var status string
+			if err := b.dbQueryRow(b.q(`SELECT status FROM `+table+` WHERE id = $1`, []any{id})).Scan(&status); err != nil || status != seedstore.StatusPending {
+				return
+			}
+		}
+	})
+	pub := outbox.PublishEach(func(_ context.Context, m outbox.Message) outbox.Result {
+		mu.Lock()
+		claims[m.ID] = append(claims[m.ID], m.ClaimedAt)
+		first := len(claims[m.ID]) == 1
+		mu.Unlock()
+		if first {
+			return outbox.Result{Err: outbox.Retryable("http_503", "the first attempt fails")}
+		}
+		return outbox.Result{ProviderMessageID: "prov-" + m.ID}
+	})
+	cfg := fastConfig()
+	cfg.PollInterval = 5 * time.Millisecond
+	cfg.Backoff = outbox.Backoff{Schedule: []time.Duration{time.Millisecond}} // due again at once
+	cfg.MaxUnrecordedOutcomes = 1
+	cfg.Topics = []string{flowcatalyst.TopicEvent}
+	cfg.ProcessingTimeout, cfg.RecoveryInterval = 5*time.Minute, 5*time.Minute // no recovery within the test
+	run(t, st, pub, cfg)
+
+	const trials = 5
+	same := false
+	for trial := 0; trial < trials && !same; trial++ {
+		// Start just after a second of the clock (the database's, on this
+		// host): claim, retry and claim again then take well under a second.
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+		id := flowcatalyst.NewTSID().String()
+		mu.Lock()
+		current = id
+		mu.Unlock()
+		b.exec(t, `INSERT INTO `+table+` (id, type, message_group, payload, status, retry_count, created_at)
+VALUES ($1, 'EVENT', 'g', '{}', 'PENDING', 0, $2)`, id, time.Now().UTC().Add(-time.Hour))
+		// Sent within 30 s, or never (until its lease expires after 5 min).
+		deadline := time.Now().Add(30 * time.Second)
+		for b.row(t, flowcatalyst.TopicEvent, id).Status != seedstore.StatusCompleted {
+			if time.Now().After(deadline) {
+				mu.Lock()
+				c := claims[id]
+				mu.Unlock()
+				t.Fatalf("trial %d: row %s is %s 30 s later, published with ClaimedAt %v: the second claim was never published (its lease was forgotten with the first)",
+					trial, id, b.row(t, flowcatalyst.TopicEvent, id).Status, c)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		mu.Lock()
+		c := claims[id]
+		mu.Unlock()
+		if len(c) != 2 {
+			t.Fatalf("trial %d: published %d times, want 2", trial, len(c))
+		}
+		same = c[0].Equal(c[1])
+	}
+	if !same {
+		t.Logf("no trial claimed its row twice with the same ClaimedAt (they differ on PostgreSQL, whose timestamps have microseconds)")
+	}
+}
