@@ -82,8 +82,8 @@ func (s *Store) MessageEnqueue(ctx context.Context, p outbox.MessageEnqueueParam
 // (or earlier in the same call) is not inserted: its result holds the stored
 // message with Existed = true, and tx stays usable. A caller-chosen ID
 // already used by a message with another (Tenant, IdempotencyKey) is
-// refused with an error matching outbox.ErrInvalidInput; nothing of the
-// call is stored, and tx stays usable.
+// refused with an error matching outbox.ErrInvalidInput, and tx is
+// aborted (roll it back), so no part of the refused call can commit.
 //
 // Enqueueing into an ordered group (Group != "") takes a transaction-level
 // lock on that group: a second transaction enqueueing into the same group
@@ -253,9 +253,13 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		m, ok := found[tenantKey{msgs[i].Tenant, msgs[i].IdempotencyKey}]
 		if !ok {
 			// Skipped, yet no message has its key: its ID is another
-			// message's (another key, or another tenant). The call fails;
-			// the caller rolls back what it inserted.
-			return nil, fmt.Errorf("message %d: %w", i, outbox.InvalidParam("ID", "is already used by another message"))
+			// message's (another key, or another tenant). The statement
+			// inserted the call's other messages into the caller's
+			// transaction: abort it, so that none of them can commit.
+			if r, err := query(ctx, s.sql.abortClash); err == nil {
+				r.Close()
+			}
+			return nil, fmt.Errorf("postgres: enqueue: message %d: %w (the transaction is aborted)", i, outbox.InvalidParam("ID", "is already used by another message"))
 		}
 		out[i] = outbox.Enqueued{Message: m, Existed: true}
 	}
@@ -266,6 +270,7 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 // a message whose key or ID is stored already (every unique index is an
 // arbiter), so a unique violation on the primary key is not expected; it
 // is still reported as the ID clash it is, matching outbox.ErrInvalidInput.
+// (enqueue reports a skipped ID clash itself, see sqlText.abortClash.)
 func enqueueErr(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23505" && strings.HasSuffix(pe.ConstraintName, "messages_pkey") {

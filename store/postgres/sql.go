@@ -14,6 +14,9 @@ import (
 type sqlText struct {
 	enqueue, enqueueNoNotify string
 	existing                 string
+	// abortClash fails, aborting the caller's transaction: run when an
+	// enqueue refuses a call whose other messages it inserted already.
+	abortClash string
 
 	claimAll, claimTopics                 string
 	claimFallbackAll, claimFallbackTopics string
@@ -313,6 +316,9 @@ SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status
 UNION ALL
 SELECT {MCOLS} FROM unnest($1::text[], $2::text[]) AS k(tenant, ikey)
 	JOIN {T} m ON m.id = k.ikey AND m.tenant = k.tenant AND m.idempotency_key = m.id`),
+		abortClash: `DO $$BEGIN RAISE EXCEPTION USING ERRCODE = 'unique_violation',
+	MESSAGE = 'outboxkit: enqueue refused: a caller-chosen message ID is already used by another message; the transaction is aborted';
+END$$`,
 		claimAll:            claim(false),
 		claimTopics:         claim(true),
 		claimFallbackAll:    claimFallback(false),

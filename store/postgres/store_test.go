@@ -180,9 +180,10 @@ func TestEnqueueTxCommitRollbackAndIdempotency(t *testing.T) {
 }
 
 // TestEnqueueCallerIDClash: a caller-chosen ID already used by a message
-// with another key is refused with an ErrInvalidInput error, the caller's
-// transaction stays usable, and nothing is stored; the same ID and key
-// again is an idempotent repeat.
+// with another key is refused with an ErrInvalidInput error and the
+// caller's transaction is aborted, so the call's other message, inserted
+// before the clash was known, cannot commit; the same ID and key again is
+// an idempotent repeat.
 func TestEnqueueCallerIDClash(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -196,14 +197,13 @@ func TestEnqueueCallerIDClash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = b.ob.EnqueueTx(b.ctx, tx, clash)
+	_, err = b.ob.EnqueueTx(b.ctx, tx, msg("t", "g2", 9), clash)
 	if !errors.Is(err, outbox.ErrInvalidInput) || !strings.Contains(err.Error(), "ID") {
 		t.Fatalf("clash: err = %v, want an ErrInvalidInput on ID", err)
 	}
-	if _, err := tx.Exec(b.ctx, "SELECT 1"); err != nil {
-		t.Fatalf("the transaction is unusable after the clash: %v", err)
+	if err := tx.Commit(b.ctx); err == nil {
+		t.Fatal("the transaction of a refused call committed")
 	}
-	_ = tx.Rollback(b.ctx)
 	other := msg("t", "g", 3)
 	other.ID, other.Tenant, other.IdempotencyKey = id, "other-tenant", "a"
 	if _, err := b.ob.Enqueue(b.ctx, other); !errors.Is(err, outbox.ErrInvalidInput) {
