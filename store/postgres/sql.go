@@ -12,8 +12,9 @@ import (
 
 // sqlText holds every statement, rendered once for the store's tables.
 type sqlText struct {
-	enqueue, enqueueNoNotify string
-	existing                 string
+	enqueue, enqueueNoNotify       string
+	enqueueOne, enqueueOneNoNotify string // one message, scalar parameters
+	existing                       string
 	// abortClash fails, aborting the caller's transaction: run when an
 	// enqueue refuses a call whose other messages it inserted already.
 	abortClash string
@@ -58,7 +59,22 @@ func buildSQL(s *Store) sqlText {
 	r := strings.NewReplacer("{ASYNC}", async, "{T}", s.messages, "{P}", s.pauses, "{A}", s.attempts, "{COLS}", msgCols, "{MCOLS}", prefixed("m"), "{UCOLS}", prefixed("u"))
 	q := func(sql string) string { return r.Replace(sql) }
 
-	enqueue := func(notify bool) string {
+	// The enqueue. input: the messages, from arrays ($1-$11), or with one
+	// from scalars: a one-row input has the same estimates whatever its
+	// values, so after five executions PostgreSQL's plan cache settles on
+	// the generic plan; with arrays it kept re-planning the statement for
+	// every single-message enqueue on most connections (an unnest of a
+	// parameter is estimated at 100 rows, a planned one at 1, so the
+	// generic plan always looked dearer).
+	enqueue := func(notify, one bool) string {
+		input := `SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int4[], $9::timestamptz[],
+		$10::text[], $11::bytea[])
+		WITH ORDINALITY AS u(id, tenant, topic, grp, ikey, payload, headers, max_attempts, next_attempt_at, content_type, payload_bytes, ord)`
+		if one {
+			input = `SELECT $1::text AS id, $2::text AS tenant, $3::text AS topic, $4::text AS grp, $5::text AS ikey,
+		$6::text AS payload, $7::text AS headers, $8::int4 AS max_attempts, $9::timestamptz AS next_attempt_at,
+		$10::text AS content_type, $11::bytea AS payload_bytes, 1::bigint AS ord`
+		}
 		notifyCTE, notifyJoin := "", ""
 		if notify {
 			// Notify only when a listener is idle: it holds the notify
@@ -72,9 +88,7 @@ func buildSQL(s *Store) sqlText {
 			notifyJoin = " CROSS JOIN notified"
 		}
 		return q(`WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int4[], $9::timestamptz[],
-		$10::text[], $11::bytea[])
-		WITH ORDINALITY AS u(id, tenant, topic, grp, ikey, payload, headers, max_attempts, next_attempt_at, content_type, payload_bytes, ord)
+	` + input + `
 ), locks AS MATERIALIZED (
 	-- Serialise the enqueues of each group until commit, taken before any
 	-- sequence number is drawn, in key order (no deadlock inside a batch).
@@ -306,8 +320,10 @@ ORDER BY u.seq`)
 SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'FAILED'), min({ASYNC}) FROM upd`)
 
 	return sqlText{
-		enqueue:         enqueue(true),
-		enqueueNoNotify: enqueue(false),
+		enqueue:            enqueue(true, false),
+		enqueueNoNotify:    enqueue(false, false),
+		enqueueOne:         enqueue(true, true),
+		enqueueOneNoNotify: enqueue(false, true),
 		// A stored message by (tenant, key): a keyed one through the
 		// idempotency index, a keyless one (its key is its ID) through the
 		// primary key.

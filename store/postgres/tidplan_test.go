@@ -121,9 +121,11 @@ func TestEnqueuePlans(t *testing.T) {
 	args := []any{ids, []string{"default", "default"}, []string{"t", "t"}, []string{"g1", "g2"}, keys,
 		[]*string{nil, nil}, []*string{nil, nil}, []int32{0, 0}, []time.Time{now, now}, []string{"", ""}, [][]byte{nil, nil},
 		now, s.groupNS, s.channel, s.notifyKey}
+	one := []any{"n3", "default", "t", "g3", "n3", nil, nil, int32(0), now, "", []byte(nil), now, s.groupNS, s.channel, s.notifyKey}
 	for name, plan := range map[string]string{
-		"enqueue":  explainIn(t, ctx, pg.Pool, "", s.sql.enqueue, args...),
-		"existing": explainIn(t, ctx, pg.Pool, "", s.sql.existing, []string{"default", "default"}, []string{"m1", "k10"}),
+		"enqueue":             explainIn(t, ctx, pg.Pool, "", s.sql.enqueue, args...),
+		"enqueue one message": explainIn(t, ctx, pg.Pool, "", s.sql.enqueueOne, one...),
+		"existing":            explainIn(t, ctx, pg.Pool, "", s.sql.existing, []string{"default", "default"}, []string{"m1", "k10"}),
 	} {
 		if strings.Contains(plan, "Seq Scan on "+s.prefix+"messages") {
 			t.Errorf("%s scans the table:\n%s", name, plan)
@@ -160,4 +162,40 @@ FROM generate_series(1, 5000) AS i`); err != nil {
 		t.Fatal(err)
 	}
 	return s, pg, ctx
+}
+
+// TestEnqueueOneMessageSettlesOnTheGenericPlan: single-message enqueues
+// (the common case) reuse PostgreSQL's generic plan of the enqueue
+// statement after its first five executions instead of planning it every
+// time, which cost more CPU than executing it (the array form was re-planned
+// on most connections: its estimates favour a custom plan).
+func TestEnqueueOneMessageSettlesOnTheGenericPlan(t *testing.T) {
+	s, pg, ctx := planTable(t, Options{}, "'m' || i")
+	conn, err := pg.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for i := range 20 {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.MessageEnqueueTx(ctx, tx, outbox.MessageEnqueueParams{Messages: []outbox.Message{
+			{Topic: "t", Group: fmt.Sprintf("g%d", i%3), Payload: []byte(`{}`)},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var generic, custom int64
+	if err := conn.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`,
+		s.sql.enqueueOne).Scan(&generic, &custom); err != nil {
+		t.Fatalf("the single-message statement is not prepared on the connection: %v", err)
+	}
+	if generic < 10 || custom > 5 {
+		t.Fatalf("20 single-message enqueues: %d generic and %d custom plans, want the generic plan after 5 custom ones", generic, custom)
+	}
 }
