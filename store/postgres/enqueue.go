@@ -80,7 +80,10 @@ func (s *Store) MessageEnqueue(ctx context.Context, p outbox.MessageEnqueueParam
 // error matching outbox.ErrInvalidInput before any statement runs, so tx
 // stays usable. A message whose (Tenant, IdempotencyKey) is already stored
 // (or earlier in the same call) is not inserted: its result holds the stored
-// message with Existed = true, and tx stays usable. A caller-chosen ID
+// message with Existed = true, and tx stays usable. An explicit key is
+// matched against the explicit keys of stored messages; a message without
+// one (whose key is its ID) against their IDs: a key that happens to equal
+// another message's ID is a key like any other. A caller-chosen ID
 // already used by a message with another (Tenant, IdempotencyKey) is
 // refused with an error matching outbox.ErrInvalidInput, and tx is
 // aborted (roll it back), so no part of the refused call can commit.
@@ -155,7 +158,13 @@ func (s *Store) MaxPayloadBytes() int { return MaxPayloadBytes }
 // MaxPayloadBytes implements outbox.PayloadLimiter (see the constant).
 func (e *SQLEnqueuer) MaxPayloadBytes() int { return MaxPayloadBytes }
 
-type tenantKey struct{ tenant, key string }
+// tenantKey identifies a stored message for an enqueue's lookup: keyed
+// tells an explicit key from a keyless message's ID (the two are matched
+// separately, see MessageEnqueueTx).
+type tenantKey struct {
+	tenant, key string
+	keyed       bool
+}
 
 func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Message) ([]outbox.Enqueued, error) {
 	n := len(msgs)
@@ -248,7 +257,7 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 			r.Close()
 			return nil, wrapErr("enqueue: existing", err)
 		}
-		found[tenantKey{m.Tenant, m.IdempotencyKey}] = m
+		found[tenantKey{m.Tenant, m.IdempotencyKey, m.IdempotencyKey != m.ID}] = m
 	}
 	r.Close()
 	if err := r.Err(); err != nil {
@@ -258,7 +267,7 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		if _, ok := seqs[msgs[i].ID]; ok {
 			continue
 		}
-		m, ok := found[tenantKey{msgs[i].Tenant, msgs[i].IdempotencyKey}]
+		m, ok := found[tenantKey{msgs[i].Tenant, msgs[i].IdempotencyKey, msgs[i].IdempotencyKey != msgs[i].ID}]
 		if !ok {
 			// Skipped, yet no message has its key: its ID is another
 			// message's (another key, or another tenant). The statement

@@ -106,19 +106,15 @@ func buildSQL(s *Store) sqlText {
 		i.next_attempt_at, $12, $12, i.headers::jsonb, i.payload::json, i.content_type, i.payload_bytes
 	FROM input i CROSS JOIN locks l
 	WHERE l.n >= 0
-		-- A key is matched against the IDs of keyless messages (their
-		-- key), and a keyless message's ID against the keys of keyed
-		-- ones: the idempotency index holds keyed messages only (a
-		-- keyless one's uniqueness is its primary key's).
-		AND (i.ikey = i.id OR NOT EXISTS (
-			SELECT 1 FROM {T} e WHERE e.id = i.ikey AND e.tenant = i.tenant AND e.idempotency_key = e.id))
-		AND (i.ikey <> i.id OR NOT EXISTS (
-			SELECT 1 FROM {T} e WHERE e.tenant = i.tenant AND e.idempotency_key = i.id AND e.idempotency_key <> e.id))
+	-- No other read of the table: the plan is cached (generic after five
+	-- executions) and must stay right however the table grows.
 	ORDER BY i.ord
 	-- Both unique indexes are arbiters: a repeated key (the idempotency
-	-- index, keyed messages) and a repeated ID (the primary key, which is
-	-- a keyless message's key) are skipped, and enqueue looks the stored
-	-- message up. A keyless message probes the primary key only.
+	-- index, keyed messages only) and a repeated ID (the primary key; a
+	-- keyless message's key is its ID) are skipped, and enqueue looks the
+	-- stored message up. A keyless message probes the primary key only.
+	-- So an explicit key is matched against explicit keys, and a keyless
+	-- message against IDs.
 	ON CONFLICT DO NOTHING
 	RETURNING id, seq
 )` + notifyCTE + `

@@ -219,34 +219,30 @@ func TestEnqueueCallerIDClash(t *testing.T) {
 	}
 }
 
-// TestEnqueueKeyMatchesKeylessID: a message enqueued without a key has its
-// ID as key, so a later message whose key is that ID repeats it, and a
-// keyless message whose ID is a stored message's key repeats that one,
-// though only keyed messages are in the idempotency index.
-func TestEnqueueKeyMatchesKeylessID(t *testing.T) {
+// TestEnqueueKeysAndKeylessIDs: a message enqueued without a key is
+// identified by its ID (a repeat with the same caller-chosen ID returns it),
+// and explicit keys are matched against explicit keys only: a key that
+// equals a keyless message's ID, or a keyless ID that equals a stored key,
+// is a new message (only keyed messages are in the idempotency index).
+func TestEnqueueKeysAndKeylessIDs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	id := outbox.NewID(time.Now())
 	keyless := msg("t", "g", 1)
-	first := b.enqueue(keyless)[0].Message
-	keyed := msg("t", "g", 2)
-	keyed.IdempotencyKey = first.ID
-	if r := b.enqueue(keyed)[0]; !r.Existed || r.Message.ID != first.ID || payloadN(t, r.Message) != 1 {
-		t.Fatalf("key = a keyless message's ID: %+v, want the keyless message", r)
+	keyless.ID = id
+	b.enqueue(keyless)
+	again := msg("t", "g", 2)
+	again.ID = id
+	if r := b.enqueue(again)[0]; !r.Existed || payloadN(t, r.Message) != 1 {
+		t.Fatalf("keyless repeat of a caller-chosen ID: %+v, want the first message", r)
 	}
-	key := outbox.NewID(time.Now()) // IDs are ULIDs; this key is one too
-	stored := msg("t", "g", 3)
-	stored.IdempotencyKey = key
-	storedID := b.enqueue(stored)[0].Message.ID
-	again := msg("t", "g", 4)
-	again.ID = key // no key: its key is its ID
-	if r := b.enqueue(again)[0]; !r.Existed || r.Message.ID != storedID || payloadN(t, r.Message) != 3 {
-		t.Fatalf("keyless ID = a stored key: %+v, want the keyed message", r)
+	keyed := msg("t", "g", 3)
+	keyed.IdempotencyKey = id
+	if r := b.enqueue(keyed)[0]; r.Existed || r.Message.ID == id {
+		t.Fatalf("key = a keyless message's ID: %+v, want a new message", r)
 	}
-	// Another tenant shares nothing.
-	other := msg("t", "g", 5)
-	other.Tenant, other.ID = "other-tenant", key
-	if r := b.enqueue(other)[0]; r.Existed {
-		t.Fatalf("another tenant: %+v, want a new message", r)
+	if r := b.enqueue(keyed)[0]; !r.Existed || payloadN(t, r.Message) != 3 {
+		t.Fatalf("repeat of the keyed message: %+v, want it", r)
 	}
 	cnt, err := b.store.MessageCount(b.ctx, outbox.MessageCountParams{})
 	if err != nil || cnt[outbox.StatusPending] != 2 {
