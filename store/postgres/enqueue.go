@@ -199,20 +199,16 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		maxAttempts[i] = int32(m.MaxAttempts) //nolint:gosec // validated <= MaxAttemptsLimit
 		next[i] = m.NextAttemptAt
 	}
-	stmt, args := s.sql.enqueue, []any{ids, tenants, topics, groups, keys, payloads, headers, maxAttempts, next, types, binary,
+	args := []any{ids, tenants, topics, groups, keys, payloads, headers, maxAttempts, next, types, binary,
 		msgs[0].CreatedAt, s.groupNS, s.channel, s.notifyKey}
-	if n == 1 {
-		// The same statement with scalars (see sqlText.enqueueOne).
-		stmt = s.sql.enqueueOne
+	if n == 1 { // the same statement with scalars (see sqlText.enqueueOne)
 		args = append([]any{ids[0], tenants[0], topics[0], groups[0], keys[0], payloads[0], headers[0], maxAttempts[0], next[0], types[0], binary[0]}, args[11:]...)
 	}
-	if s.opts.DisableNotify {
-		stmt, args = s.sql.enqueueNoNotify, args[:13]
-		if n == 1 {
-			stmt = s.sql.enqueueOneNoNotify
-		}
+	notify := !s.opts.DisableNotify
+	if !notify {
+		args = args[:13]
 	}
-	r, err := query(ctx, stmt, args...)
+	r, err := query(ctx, s.sql.enqueueStmt(n == 1, notify), args...)
 	if err != nil {
 		return nil, enqueueErr(err)
 	}

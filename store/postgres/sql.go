@@ -35,6 +35,21 @@ type sqlText struct {
 	prune                      string
 }
 
+// enqueueStmt is the enqueue statement for one message or several, with
+// or without the NOTIFY part.
+func (t *sqlText) enqueueStmt(one, notify bool) string {
+	switch {
+	case one && notify:
+		return t.enqueueOne
+	case one:
+		return t.enqueueOneNoNotify
+	case notify:
+		return t.enqueue
+	default:
+		return t.enqueueNoNotify
+	}
+}
+
 // msgCols is the column list scanned by scanMessage, in order.
 const msgCols = `id, seq, tenant, topic, grp, idempotency_key, status, attempts, max_attempts,
 	next_attempt_at, created_at, updated_at, claimed_at, claimed_by, provider_message_id,
