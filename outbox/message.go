@@ -86,7 +86,25 @@ type Message struct {
 	// (Tenant, Topic, Group) are not claimed until it is requeued or
 	// cancelled. Read-only; false in every other status.
 	BlocksGroup bool
+
+	// generatedID is the ID PrepareMessage generated for the message (the
+	// caller set none); see IDGenerated.
+	generatedID string
 }
+
+// IDGenerated reports that m's ID was generated when m was prepared for
+// this enqueue (by Outbox, or by PrepareMessage): the caller set none, so
+// no stored message can have it (a ULID with 80 random bits). A store may
+// then insert m without probing for an earlier message with its ID, when m
+// has no IdempotencyKey of its own either (its key is its ID). It is false
+// once ID is changed, and on the messages Outbox returns, so a message
+// handed back for a second enqueue is matched against the stored one as
+// usual.
+func (m *Message) IDGenerated() bool { return m.ID != "" && m.ID == m.generatedID }
+
+// ForgetGeneratedID clears what IDGenerated reports: Outbox and the stores
+// that use IDGenerated call it on the messages they return.
+func (m *Message) ForgetGeneratedID() { m.generatedID = "" }
 
 // EffectiveContentType returns ContentType, or ContentTypeJSON when it is
 // empty: the value a publisher sends as the payload's content type.
@@ -281,8 +299,10 @@ func prepareMessage(m *Message, now time.Time, maxPayload int) error {
 		return err
 	}
 	now = now.UTC()
+	m.generatedID = ""
 	if m.ID == "" {
 		m.ID = NewID(now)
+		m.generatedID = m.ID
 	}
 	if m.IdempotencyKey == "" {
 		m.IdempotencyKey = m.ID

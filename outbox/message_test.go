@@ -76,6 +76,38 @@ func TestPrepareMessage(t *testing.T) {
 	}
 }
 
+// TestIDGenerated: a message reports a generated ID only when its
+// preparation generated it, and no longer once the ID is changed, the
+// message is prepared again (it has an ID then), or it is forgotten.
+func TestIDGenerated(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	m := Message{Topic: "t", Payload: []byte(`1`)}
+	if m.IDGenerated() {
+		t.Fatal("an unprepared message reports a generated ID")
+	}
+	if err := PrepareMessage(&m, now); err != nil || !m.IDGenerated() {
+		t.Fatalf("a prepared keyless message without ID: IDGenerated false (err %v)", err)
+	}
+	again := m
+	if err := PrepareMessage(&again, now); err != nil || again.IDGenerated() {
+		t.Fatalf("prepared again with its ID: IDGenerated true (err %v)", err)
+	}
+	changed := m
+	changed.ID = NewID(now)
+	if changed.IDGenerated() {
+		t.Fatal("an ID changed after preparation is reported as generated")
+	}
+	chosen := Message{Topic: "t", Payload: []byte(`1`), ID: NewID(now)}
+	if err := PrepareMessage(&chosen, now); err != nil || chosen.IDGenerated() {
+		t.Fatalf("a caller-chosen ID is reported as generated (err %v)", err)
+	}
+	m.ForgetGeneratedID()
+	if m.IDGenerated() {
+		t.Fatal("ForgetGeneratedID left IDGenerated true")
+	}
+}
+
 func TestNewIDSortsAndIsUnique(t *testing.T) {
 	t.Parallel()
 	now := time.Now()

@@ -171,8 +171,9 @@ func (o *Outbox[TTx]) finish(ctx context.Context, res []Enqueued, err error) ([]
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range res {
-		o.observer.OnEnqueued(ctx, EnqueuedEvent{Message: r.Message, Existed: r.Existed})
+	for i := range res {
+		res[i].Message.ForgetGeneratedID()
+		o.observer.OnEnqueued(ctx, EnqueuedEvent{Message: res[i].Message, Existed: res[i].Existed})
 	}
 	return res, nil
 }

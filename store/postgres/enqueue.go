@@ -201,14 +201,14 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 	}
 	args := []any{ids, tenants, topics, groups, keys, payloads, headers, maxAttempts, next, types, binary,
 		msgs[0].CreatedAt, s.groupNS, s.channel, s.notifyKey}
-	if n == 1 { // the same statement with scalars (see sqlText.enqueueOne)
+	if n == 1 { // the same statement with scalars (see buildSQL)
 		args = append([]any{ids[0], tenants[0], topics[0], groups[0], keys[0], payloads[0], headers[0], maxAttempts[0], next[0], types[0], binary[0]}, args[11:]...)
 	}
 	notify := !s.opts.DisableNotify
 	if !notify {
 		args = args[:13]
 	}
-	r, err := query(ctx, s.sql.enqueueStmt(n == 1, notify), args...)
+	r, err := query(ctx, s.sql.enqueueStmt(n == 1, notify, unchecked(msgs)), args...)
 	if err != nil {
 		return nil, enqueueErr(err)
 	}
@@ -233,6 +233,7 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		if seq, ok := seqs[msgs[i].ID]; ok {
 			m := msgs[i]
 			m.Seq = seq
+			m.ForgetGeneratedID()
 			out[i] = outbox.Enqueued{Message: m}
 			continue
 		}
@@ -277,6 +278,18 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		out[i] = outbox.Enqueued{Message: m, Existed: true}
 	}
 	return out, nil
+}
+
+// unchecked reports that no message of msgs can repeat a stored one: each
+// is keyless, with an ID generated for this call (outbox.Message.IDGenerated).
+// The enqueue then inserts them without a conflict check.
+func unchecked(msgs []outbox.Message) bool {
+	for i := range msgs {
+		if !msgs[i].IDGenerated() || msgs[i].IdempotencyKey != msgs[i].ID {
+			return false
+		}
+	}
+	return true
 }
 
 // enqueueErr wraps an error of the enqueue statement. The statement skips

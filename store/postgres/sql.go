@@ -12,9 +12,9 @@ import (
 
 // sqlText holds every statement, rendered once for the store's tables.
 type sqlText struct {
-	enqueue, enqueueNoNotify       string
-	enqueueOne, enqueueOneNoNotify string // one message, scalar parameters
-	existing                       string
+	// enqueue holds the enqueue statement's variants, by enqueueVariant.
+	enqueue  [8]string
+	existing string
 	// abortClash fails, aborting the caller's transaction: run when an
 	// enqueue refuses a call whose other messages it inserted already.
 	abortClash string
@@ -35,19 +35,27 @@ type sqlText struct {
 	prune                      string
 }
 
+// Bits of an enqueue statement variant.
+const (
+	enqueueOne       = 1 << iota // one message, scalar parameters (else arrays)
+	enqueueNotify                // with the NOTIFY part
+	enqueueUnchecked             // no ON CONFLICT: every message's ID was generated for this call and it has no key of its own
+)
+
 // enqueueStmt is the enqueue statement for one message or several, with
-// or without the NOTIFY part.
-func (t *sqlText) enqueueStmt(one, notify bool) string {
-	switch {
-	case one && notify:
-		return t.enqueueOne
-	case one:
-		return t.enqueueOneNoNotify
-	case notify:
-		return t.enqueue
-	default:
-		return t.enqueueNoNotify
+// or without the NOTIFY part, with or without the conflict check.
+func (t *sqlText) enqueueStmt(one, notify, unchecked bool) string {
+	v := 0
+	if one {
+		v |= enqueueOne
 	}
+	if notify {
+		v |= enqueueNotify
+	}
+	if unchecked {
+		v |= enqueueUnchecked
+	}
+	return t.enqueue[v]
 }
 
 // msgCols is the column list scanned by scanMessage, in order.
@@ -81,7 +89,8 @@ func buildSQL(s *Store) sqlText {
 	// every single-message enqueue on most connections (an unnest of a
 	// parameter is estimated at 100 rows, a planned one at 1, so the
 	// generic plan always looked dearer).
-	enqueue := func(notify, one bool) string {
+	enqueue := func(v int) string {
+		one, notify := v&enqueueOne != 0, v&enqueueNotify != 0
 		input := `SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int4[], $9::timestamptz[],
 		$10::text[], $11::bytea[])
 		WITH ORDINALITY AS u(id, tenant, topic, grp, ikey, payload, headers, max_attempts, next_attempt_at, content_type, payload_bytes, ord)`
@@ -89,6 +98,10 @@ func buildSQL(s *Store) sqlText {
 			input = `SELECT $1::text AS id, $2::text AS tenant, $3::text AS topic, $4::text AS grp, $5::text AS ikey,
 		$6::text AS payload, $7::text AS headers, $8::int4 AS max_attempts, $9::timestamptz AS next_attempt_at,
 		$10::text AS content_type, $11::bytea AS payload_bytes, 1::bigint AS ord`
+		}
+		conflict := "ON CONFLICT DO NOTHING"
+		if v&enqueueUnchecked != 0 {
+			conflict = ""
 		}
 		notifyCTE, notifyJoin := "", ""
 		if notify {
@@ -129,8 +142,11 @@ func buildSQL(s *Store) sqlText {
 	-- keyless message's key is its ID) are skipped, and enqueue looks the
 	-- stored message up. A keyless message probes the primary key only.
 	-- So an explicit key is matched against explicit keys, and a keyless
-	-- message against IDs.
-	ON CONFLICT DO NOTHING
+	-- message against IDs. Left out (enqueueUnchecked) when every message
+	-- is keyless with an ID generated for this call, which no stored
+	-- message can have: a speculative insertion costs a probe of each
+	-- arbiter and a WAL record more per row.
+	` + conflict + `
 	RETURNING id, seq
 )` + notifyCTE + `
 SELECT ins.id, ins.seq FROM ins` + notifyJoin)
@@ -330,11 +346,12 @@ ORDER BY u.seq`)
 )
 SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'FAILED'), min({ASYNC}) FROM upd`)
 
+	var enqueues [8]string
+	for v := range enqueues {
+		enqueues[v] = enqueue(v)
+	}
 	return sqlText{
-		enqueue:            enqueue(true, false),
-		enqueueNoNotify:    enqueue(false, false),
-		enqueueOne:         enqueue(true, true),
-		enqueueOneNoNotify: enqueue(false, true),
+		enqueue: enqueues,
 		// A stored message by (tenant, key): a keyed one through the
 		// idempotency index, a keyless one (its key is its ID) through the
 		// primary key.

@@ -219,6 +219,35 @@ func TestEnqueueCallerIDClash(t *testing.T) {
 	}
 }
 
+// TestEnqueueReturnedMessageAgain: keyless messages with generated IDs are
+// inserted without a conflict check, yet a message the enqueue returned and
+// is handed back (through Outbox, or straight to the store as prepared)
+// repeats the stored one: the returned message no longer reports its ID as
+// generated. In one call with a new message, the call is not aborted.
+func TestEnqueueReturnedMessageAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := b.enqueue(msg("t", "g", 1))[0].Message
+	if first.IDGenerated() {
+		t.Fatal("Outbox returned a message that reports a generated ID")
+	}
+	if r := b.enqueue(first, msg("t", "g", 2)); !r[0].Existed || r[0].Message.ID != first.ID || r[1].Existed {
+		t.Fatalf("the returned message again, with a new one: %+v", r)
+	}
+	direct, err := b.store.MessageEnqueue(b.ctx, outbox.MessageEnqueueParams{Messages: []outbox.Message{msg("t", "g", 3)}})
+	if err != nil || direct[0].Message.IDGenerated() {
+		t.Fatalf("direct enqueue: %v, IDGenerated %v", err, err == nil && direct[0].Message.IDGenerated())
+	}
+	r, err := b.store.MessageEnqueue(b.ctx, outbox.MessageEnqueueParams{Prepared: true, Messages: []outbox.Message{direct[0].Message}})
+	if err != nil || !r[0].Existed || payloadN(t, r[0].Message) != 3 {
+		t.Fatalf("a returned message enqueued again as prepared: %+v, %v", r, err)
+	}
+	cnt, err := b.store.MessageCount(b.ctx, outbox.MessageCountParams{})
+	if err != nil || cnt[outbox.StatusPending] != 3 {
+		t.Fatalf("count = %v, %v, want 3 pending", cnt, err)
+	}
+}
+
 // TestEnqueueKeysAndKeylessIDs: a message enqueued without a key is
 // identified by its ID (a repeat with the same caller-chosen ID returns it),
 // and explicit keys are matched against explicit keys only: a key that

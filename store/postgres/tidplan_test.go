@@ -136,10 +136,19 @@ func TestEnqueuePlans(t *testing.T) {
 	generic := `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
 	one := []any{"n3", "default", "t", "g3", "n3", nil, nil, int32(0), now, "", []byte(nil), now, empty.groupNS, empty.channel, empty.notifyKey}
 	args[12], args[13], args[14] = empty.groupNS, empty.channel, empty.notifyKey
-	for name, plan := range map[string]string{
-		"enqueue":             explainIn(t, ectx, epg.Pool, generic, empty.sql.enqueue, args...),
-		"enqueue one message": explainIn(t, ectx, epg.Pool, generic, empty.sql.enqueueOne, one...),
-	} {
+	plans := map[string]string{}
+	for v, stmt := range empty.sql.enqueue {
+		a := args
+		if v&enqueueOne != 0 {
+			a = one
+		}
+		name := fmt.Sprintf("enqueue (one %v, notify %v, unchecked %v)", v&enqueueOne != 0, v&enqueueNotify != 0, v&enqueueUnchecked != 0)
+		if v&enqueueNotify == 0 {
+			a = a[:13]
+		}
+		plans[name] = explainIn(t, ectx, epg.Pool, generic, stmt, a...)
+	}
+	for name, plan := range plans {
 		for _, l := range strings.Split(plan, "\n") {
 			if strings.Contains(l, " on "+empty.prefix+"messages") && !strings.Contains(l, "Insert on ") {
 				t.Errorf("%s reads the table (%s):\n%s", name, strings.TrimSpace(l), plan)
@@ -204,7 +213,7 @@ func TestEnqueueOneMessageSettlesOnTheGenericPlan(t *testing.T) {
 	}
 	var generic, custom int64
 	if err := conn.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`,
-		s.sql.enqueueOne).Scan(&generic, &custom); err != nil {
+		s.sql.enqueueStmt(true, true, true)).Scan(&generic, &custom); err != nil {
 		t.Fatalf("the single-message statement is not prepared on the connection: %v", err)
 	}
 	if generic < 10 || custom > 5 {
