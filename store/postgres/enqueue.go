@@ -292,11 +292,13 @@ func unchecked(msgs []outbox.Message) bool {
 	return true
 }
 
-// enqueueErr wraps an error of the enqueue statement. The statement skips
-// a message whose key or ID is stored already (every unique index is an
-// arbiter), so a unique violation on the primary key is not expected; it
-// is still reported as the ID clash it is, matching outbox.ErrInvalidInput.
-// (enqueue reports a skipped ID clash itself, see sqlText.abortClash.)
+// enqueueErr wraps an error of the enqueue statement. The checked
+// statement skips a message whose key or ID is stored already (every unique
+// index is an arbiter), and the unchecked one inserts only IDs generated
+// for the call, so a unique violation on the primary key is not expected
+// (a ULID collision); it is still reported as the ID clash it would be,
+// matching outbox.ErrInvalidInput. (enqueue reports a skipped ID clash
+// itself, see sqlText.abortClash.)
 func enqueueErr(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23505" && strings.HasSuffix(pe.ConstraintName, "messages_pkey") {

@@ -12,7 +12,8 @@ import (
 
 // sqlText holds every statement, rendered once for the store's tables.
 type sqlText struct {
-	// enqueue holds the enqueue statement's variants, by enqueueVariant.
+	// enqueue holds the enqueue statement's variants, indexed by the
+	// enqueueOne, enqueueNotify and enqueueUnchecked bits (see enqueueStmt).
 	enqueue  [8]string
 	existing string
 	// abortClash fails, aborting the caller's transaction: run when an
