@@ -196,28 +196,29 @@ runs AS MATERIALIZED (
 	ORDER BY c.rank_seq, c.seq
 	LIMIT $3
 ), locked AS MATERIALIZED (
-	-- Rows are found by the tuple ID read above (no primary-key descent).
-	-- cur is the ID of the version locked: another one when the row was
-	-- changed since this statement's snapshot (FOR UPDATE then re-checks
-	-- the newest version); such a row is not claimed (valid), so the
-	-- version upd finds by its ID is the one locked.
-	SELECT m.id, m.tenant, m.topic, m.grp, m.seq, c.pos, c.tid, m.ctid AS cur
-	FROM cand c JOIN {T} m ON m.ctid = c.tid
-	WHERE m.id = c.id AND m.status = 'PENDING' AND m.next_attempt_at <= $1
+	-- Rows are found by the tuple IDs read above, in one TID scan of an
+	-- array (no primary-key descent, and no rescan per row: each rescan
+	-- of a TID scan reads the relation's size). A tuple ID read in this
+	-- statement names the same row version for its whole snapshot. cur is
+	-- the ID of the version locked: when the row was changed since the
+	-- snapshot, FOR UPDATE re-checks its newest version, whose tuple ID is
+	-- not in the array, and drops it; such a row is not claimed.
+	SELECT m.id, m.tenant, m.topic, m.grp, m.seq, m.ctid AS cur
+	FROM {T} m
+	WHERE m.ctid = ANY(ARRAY(SELECT tid FROM cand)) AND m.status = 'PENDING' AND m.next_attempt_at <= $1
 	FOR UPDATE OF m SKIP LOCKED
 ), valid AS (
-	SELECT v.id, v.tid FROM (
-		SELECT l.id, l.grp, l.pos, l.tid,
+	SELECT v.tid FROM (
+		SELECT l.grp, c.pos, c.tid,
 			row_number() OVER (PARTITION BY l.tenant, l.topic, l.grp ORDER BY l.seq) AS rk
-		FROM locked l
-		WHERE l.cur = l.tid
+		FROM locked l JOIN cand c ON c.id = l.id AND c.tid = l.cur
 	) v
 	WHERE v.grp = '' OR v.rk = v.pos
 ), upd AS (
+	-- The versions locked above (this statement holds their row locks).
 	UPDATE {T} m SET status = 'PROCESSING', attempts = m.attempts + 1,
 		claimed_at = $1, claimed_by = $2, updated_at = $1
-	FROM valid v
-	WHERE m.ctid = v.tid AND m.id = v.id AND m.status = 'PENDING'
+	WHERE m.ctid = ANY(ARRAY(SELECT tid FROM valid)) AND m.status = 'PENDING'
 	RETURNING {MCOLS}, m.ctid::text AS tid
 )`
 	}

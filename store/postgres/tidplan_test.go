@@ -42,6 +42,11 @@ func TestWritePathPlans(t *testing.T) {
 			if n := strings.Count(claim, "Tid Scan on "+s.prefix+"messages"); n < 2 {
 				t.Errorf("claim: %d tuple-ID lookups, want the lock's and the update's:\n%s", n, claim)
 			}
+			// The lock and the update each read all their rows in one TID
+			// scan of an array, not one rescan per row.
+			if n := strings.Count(claim, "TID Cond: (ctid = ANY"); n != 2 {
+				t.Errorf("claim: %d tuple-ID array lookups, want 2 (the lock's and the update's):\n%s", n, claim)
+			}
 			ms, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 500, Owner: "p", Now: time.Now()})
 			if err != nil || len(ms) == 0 {
 				t.Fatalf("claim: %d messages, %v", len(ms), err)
