@@ -22,7 +22,10 @@ import (
 // (or the last lease renewal) returned, without a primary-key descent; the
 // outcomes whose row has moved since, or that this store did not lease, are
 // then written by message ID in a second statement (a second round trip
-// only then).
+// only then). When that second statement fails, the first one's outcomes
+// are committed: the call returns the error, and a retry of the same
+// outcomes by the same owner reports them applied (not lost), unless this
+// store leased those messages again in between.
 func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
 	if err := p.Validate(); err != nil {
 		return outbox.FinishResult{}, err
@@ -37,14 +40,18 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		tids   []string
 		byID   []outbox.Outcome
 	)
+	applied := make(map[string]struct{}, total)
 	for _, o := range p.Outcomes {
+		if s.tids.wasWritten(p.Owner, o) { // by the failed call this one retries
+			applied[o.ID] = struct{}{}
+			continue
+		}
 		if tid, ok := s.tids.take(o.ID); ok {
 			hinted, tids = append(hinted, o), append(tids, tid)
 		} else {
 			byID = append(byID, o)
 		}
 	}
-	applied := make(map[string]struct{}, total)
 	if len(hinted) > 0 {
 		if err := s.finish(ctx, now, p.Owner, hinted, tids, applied); err != nil {
 			return outbox.FinishResult{}, err
@@ -59,6 +66,14 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	}
 	if len(byID) > 0 {
 		if err := s.finish(ctx, now, p.Owner, byID, nil, applied); err != nil {
+			// The outcomes in applied are committed: the caller retries the
+			// batch, and must hear that they were written (its observers
+			// report them), not that their leases were lost.
+			for _, o := range p.Outcomes {
+				if _, ok := applied[o.ID]; ok {
+					s.tids.wrote(p.Owner, o)
+				}
+			}
 			return outbox.FinishResult{}, err
 		}
 	}

@@ -70,3 +70,80 @@ func TestOutcomeFindsMovedRows(t *testing.T) {
 	// q's outcome still applies (its tuple ID is current).
 	b.sent("q", again...)
 }
+
+// TestOutcomeRetryAfterSecondStatementFails: when the outcomes written by
+// tuple ID are committed and the statement for the moved rows then fails,
+// the caller's retry of the whole batch hears that the first ones were
+// written (its observers report them sent), not that their leases were
+// lost; and an outcome remembered so is forgotten once the store leases
+// the message again.
+func TestOutcomeRetryAfterSecondStatementFails(t *testing.T) {
+	b := setup(t)
+	b.enqueue(msg("t", "", 1), msg("t", "", 2))
+	ms := b.claim("p", 2)
+	if len(ms) != 2 {
+		t.Fatalf("claimed %d, want 2", len(ms))
+	}
+	tbl := b.store.MessagesTable()
+	// ms[1] moves behind the store's back: its outcome goes by message ID,
+	// in the second statement, which a trigger makes fail.
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := b.pg.Pool.Exec(b.ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec("UPDATE "+tbl+" SET updated_at = updated_at WHERE id = $1", ms[1].ID)
+	exec(`CREATE FUNCTION ` + b.pg.Name + `.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'refused by the test'; END $$`)
+	exec(`CREATE TRIGGER refuse BEFORE UPDATE ON ` + tbl + ` FOR EACH ROW WHEN (NEW.id = '` + ms[1].ID + `' AND NEW.status = 'SENT') EXECUTE FUNCTION ` + b.pg.Name + `.refuse()`)
+	p := outbox.MessageFinishParams{Owner: "p", Now: time.Now()}
+	for _, m := range ms {
+		p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts})
+	}
+	if _, err := b.store.MessageFinish(b.ctx, p); err == nil {
+		t.Fatal("the finish succeeded through the refusing trigger")
+	}
+	if got, err := b.store.MessageGet(b.ctx, outbox.MessageGetParams{ID: ms[0].ID}); err != nil || got.Status != outbox.StatusSent {
+		t.Fatalf("the outcome written by tuple ID: %v, %v; want it committed (SENT)", got.Status, err)
+	}
+	exec("DROP TRIGGER refuse ON " + tbl)
+	res, err := b.store.MessageFinish(b.ctx, p)
+	if err != nil || len(res.LeaseLost) != 0 {
+		t.Fatalf("retry: lease lost %v, %v; want both applied", res.LeaseLost, err)
+	}
+	for _, m := range ms {
+		if got, err := b.store.MessageGet(b.ctx, outbox.MessageGetParams{ID: m.ID}); err != nil || got.Status != outbox.StatusSent {
+			t.Fatalf("%s: %v, %v; want SENT", m.ID, got.Status, err)
+		}
+	}
+	// A remembered outcome does not outlive a new lease of its message: a
+	// release (which gives the attempt back) is remembered by a failed
+	// call, the message is claimed again with the same attempt number,
+	// and the same release of the new lease must be written.
+	b.enqueue(msg("t", "", 3), msg("t", "", 4))
+	more := b.claim("p", 2)
+	if len(more) != 2 {
+		t.Fatalf("claimed %d, want 2", len(more))
+	}
+	exec("UPDATE "+tbl+" SET updated_at = updated_at WHERE id = $1", more[1].ID)
+	exec(`CREATE TRIGGER refuse BEFORE UPDATE ON ` + tbl + ` FOR EACH ROW WHEN (NEW.id = '` + more[1].ID + `' AND OLD.status = 'PROCESSING') EXECUTE FUNCTION ` + b.pg.Name + `.refuse()`)
+	release := outbox.MessageFinishParams{Owner: "p", Now: time.Now()}
+	for _, m := range more {
+		release.Outcomes = append(release.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts})
+	}
+	if _, err := b.store.MessageFinish(b.ctx, release); err == nil {
+		t.Fatal("the release succeeded through the refusing trigger")
+	}
+	again := b.claim("p", 1)
+	if len(again) != 1 || again[0].ID != more[0].ID || again[0].Attempts != more[0].Attempts {
+		t.Fatalf("claimed again %+v, want %s at attempt %d", again, more[0].ID, more[0].Attempts)
+	}
+	res, err = b.store.MessageFinish(b.ctx, outbox.MessageFinishParams{Owner: "p", Now: time.Now(), Outcomes: release.Outcomes[:1]})
+	if err != nil || len(res.LeaseLost) != 0 {
+		t.Fatalf("release of the new lease: lost %v, %v", res.LeaseLost, err)
+	}
+	if got, err := b.store.MessageGet(b.ctx, outbox.MessageGetParams{ID: more[0].ID}); err != nil || got.Status != outbox.StatusPending {
+		t.Fatalf("released again: %v, %v; want PENDING (the new lease's release written)", got.Status, err)
+	}
+}

@@ -1,6 +1,10 @@
 package postgres
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
 
 // maxTIDs bounds the tuple IDs a store remembers (about 100 bytes each).
 const maxTIDs = 1 << 16
@@ -14,6 +18,20 @@ const maxTIDs = 1 << 16
 type tidCache struct {
 	mu sync.Mutex
 	m  map[string]string
+	// written holds outcomes a MessageFinish wrote (committed) before a
+	// later statement of the same call failed: the caller retries the
+	// whole batch, and those are then reported applied, not as lost
+	// leases (their rows are no longer PROCESSING). An entry lives until
+	// that retry or until this store leases the message again.
+	written map[string]writtenOutcome
+}
+
+// writtenOutcome identifies an outcome: its lease (owner and attempt) and
+// its kind.
+type writtenOutcome struct {
+	owner   string
+	attempt int
+	kind    outbox.OutcomeKind
 }
 
 func (c *tidCache) put(id, tid string) {
@@ -24,7 +42,31 @@ func (c *tidCache) put(id, tid string) {
 		c.m = make(map[string]string)
 	}
 	c.m[id] = tid
+	delete(c.written, id) // a new lease: no earlier outcome applies to it
 	c.mu.Unlock()
+}
+
+// wrote remembers that o, of owner's lease, was written.
+func (c *tidCache) wrote(owner string, o outbox.Outcome) {
+	c.mu.Lock()
+	if c.written == nil || len(c.written) >= maxTIDs {
+		c.written = make(map[string]writtenOutcome)
+	}
+	c.written[o.ID] = writtenOutcome{owner, o.Attempt, o.Kind}
+	c.mu.Unlock()
+}
+
+// wasWritten reports (and forgets) that o, of owner's lease, was written
+// by an earlier call.
+func (c *tidCache) wasWritten(owner string, o outbox.Outcome) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w, ok := c.written[o.ID]
+	if !ok || w != (writtenOutcome{owner, o.Attempt, o.Kind}) {
+		return false
+	}
+	delete(c.written, o.ID)
+	return true
 }
 
 // take removes and returns the tuple ID remembered for id.
