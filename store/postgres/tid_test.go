@@ -85,29 +85,37 @@ func TestOutcomeRetryAfterSecondStatementFails(t *testing.T) {
 		t.Fatalf("claimed %d, want 2", len(ms))
 	}
 	tbl := b.store.MessagesTable()
-	// ms[1] moves behind the store's back: its outcome goes by message ID,
-	// in the second statement, which a trigger makes fail.
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := b.pg.Pool.Exec(b.ctx, sql, args...); err != nil {
 			t.Fatal(err)
 		}
 	}
-	exec("UPDATE "+tbl+" SET updated_at = updated_at WHERE id = $1", ms[1].ID)
 	exec(`CREATE FUNCTION ` + b.pg.Name + `.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN RAISE EXCEPTION 'refused by the test'; END $$`)
-	exec(`CREATE TRIGGER refuse BEFORE UPDATE ON ` + tbl + ` FOR EACH ROW WHEN (NEW.id = '` + ms[1].ID + `' AND NEW.status = 'SENT') EXECUTE FUNCTION ` + b.pg.Name + `.refuse()`)
-	p := outbox.MessageFinishParams{Owner: "p", Now: time.Now()}
-	for _, m := range ms {
-		p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts})
+	// failSecond finishes ms with outcomes of kind after moving ms[1]
+	// behind the store's back (its outcome goes by message ID, in the
+	// second statement) and making any change of its leased row fail, and
+	// returns the params.
+	failSecond := func(kind outbox.OutcomeKind, ms []outbox.Message) outbox.MessageFinishParams {
+		t.Helper()
+		exec("UPDATE "+tbl+" SET updated_at = updated_at WHERE id = $1", ms[1].ID)
+		exec(`CREATE TRIGGER refuse BEFORE UPDATE ON ` + tbl + ` FOR EACH ROW WHEN (NEW.id = '` + ms[1].ID +
+			`' AND OLD.status = 'PROCESSING') EXECUTE FUNCTION ` + b.pg.Name + `.refuse()`)
+		p := outbox.MessageFinishParams{Owner: "p", Now: time.Now()}
+		for _, m := range ms {
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: kind, ID: m.ID, Attempt: m.Attempts})
+		}
+		if _, err := b.store.MessageFinish(b.ctx, p); err == nil {
+			t.Fatal("the finish succeeded through the refusing trigger")
+		}
+		exec("DROP TRIGGER refuse ON " + tbl)
+		return p
 	}
-	if _, err := b.store.MessageFinish(b.ctx, p); err == nil {
-		t.Fatal("the finish succeeded through the refusing trigger")
-	}
+	p := failSecond(outbox.OutcomeSent, ms)
 	if got, err := b.store.MessageGet(b.ctx, outbox.MessageGetParams{ID: ms[0].ID}); err != nil || got.Status != outbox.StatusSent {
 		t.Fatalf("the outcome written by tuple ID: %v, %v; want it committed (SENT)", got.Status, err)
 	}
-	exec("DROP TRIGGER refuse ON " + tbl)
 	res, err := b.store.MessageFinish(b.ctx, p)
 	if err != nil || len(res.LeaseLost) != 0 {
 		t.Fatalf("retry: lease lost %v, %v; want both applied", res.LeaseLost, err)
@@ -126,15 +134,7 @@ BEGIN RAISE EXCEPTION 'refused by the test'; END $$`)
 	if len(more) != 2 {
 		t.Fatalf("claimed %d, want 2", len(more))
 	}
-	exec("UPDATE "+tbl+" SET updated_at = updated_at WHERE id = $1", more[1].ID)
-	exec(`CREATE TRIGGER refuse BEFORE UPDATE ON ` + tbl + ` FOR EACH ROW WHEN (NEW.id = '` + more[1].ID + `' AND OLD.status = 'PROCESSING') EXECUTE FUNCTION ` + b.pg.Name + `.refuse()`)
-	release := outbox.MessageFinishParams{Owner: "p", Now: time.Now()}
-	for _, m := range more {
-		release.Outcomes = append(release.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts})
-	}
-	if _, err := b.store.MessageFinish(b.ctx, release); err == nil {
-		t.Fatal("the release succeeded through the refusing trigger")
-	}
+	release := failSecond(outbox.OutcomeReleased, more)
 	again := b.claim("p", 1)
 	if len(again) != 1 || again[0].ID != more[0].ID || again[0].Attempts != more[0].Attempts {
 		t.Fatalf("claimed again %+v, want %s at attempt %d", again, more[0].ID, more[0].Attempts)
