@@ -56,6 +56,15 @@ func (b *bundle) enqueue(msgs ...outbox.Message) []outbox.Enqueued {
 	return res
 }
 
+// wantPending fails the test unless n messages are PENDING.
+func (b *bundle) wantPending(n int64) {
+	b.t.Helper()
+	cnt, err := b.store.MessageCount(b.ctx, outbox.MessageCountParams{})
+	if err != nil || cnt[outbox.StatusPending] != n {
+		b.t.Fatalf("count = %v, %v, want %d pending", cnt, err, n)
+	}
+}
+
 func (b *bundle) claim(owner string, limit int) []outbox.Message {
 	b.t.Helper()
 	ms, err := b.store.MessageClaim(b.ctx, outbox.MessageClaimParams{Limit: limit, Owner: owner, Now: time.Now()})

@@ -200,9 +200,10 @@ runs AS MATERIALIZED (
 	-- array (no primary-key descent, and no rescan per row: each rescan
 	-- of a TID scan reads the relation's size). A tuple ID read in this
 	-- statement names the same row version for its whole snapshot. cur is
-	-- the ID of the version locked: when the row was changed since the
-	-- snapshot, FOR UPDATE re-checks its newest version, whose tuple ID is
-	-- not in the array, and drops it; such a row is not claimed.
+	-- the ID of the version locked: another one when the row was changed
+	-- since the snapshot (FOR UPDATE then re-checks and locks the newest
+	-- version); such a row is not claimed (valid matches cur against the
+	-- tuple ID read), so the versions upd finds are the ones locked.
 	SELECT m.id, m.tenant, m.topic, m.grp, m.seq, m.ctid AS cur
 	FROM {T} m
 	WHERE m.ctid = ANY(ARRAY(SELECT tid FROM cand)) AND m.status = 'PENDING' AND m.next_attempt_at <= $1

@@ -213,10 +213,7 @@ func TestEnqueueCallerIDClash(t *testing.T) {
 	if !r[0].Existed || payloadN(t, r[0].Message) != 1 {
 		t.Fatalf("repeat of the first: %+v", r[0])
 	}
-	cnt, err := b.store.MessageCount(b.ctx, outbox.MessageCountParams{})
-	if err != nil || cnt[outbox.StatusPending] != 1 {
-		t.Fatalf("count = %v, %v", cnt, err)
-	}
+	b.wantPending(1)
 }
 
 // TestEnqueueReturnedMessageAgain: keyless messages with generated IDs are
@@ -242,10 +239,7 @@ func TestEnqueueReturnedMessageAgain(t *testing.T) {
 	if err != nil || !r[0].Existed || payloadN(t, r[0].Message) != 3 {
 		t.Fatalf("a returned message enqueued again as prepared: %+v, %v", r, err)
 	}
-	cnt, err := b.store.MessageCount(b.ctx, outbox.MessageCountParams{})
-	if err != nil || cnt[outbox.StatusPending] != 3 {
-		t.Fatalf("count = %v, %v, want 3 pending", cnt, err)
-	}
+	b.wantPending(3)
 }
 
 // TestEnqueueKeysAndKeylessIDs: a message enqueued without a key is
@@ -273,10 +267,7 @@ func TestEnqueueKeysAndKeylessIDs(t *testing.T) {
 	if r := b.enqueue(keyed)[0]; !r.Existed || payloadN(t, r.Message) != 3 {
 		t.Fatalf("repeat of the keyed message: %+v, want it", r)
 	}
-	cnt, err := b.store.MessageCount(b.ctx, outbox.MessageCountParams{})
-	if err != nil || cnt[outbox.StatusPending] != 2 {
-		t.Fatalf("count = %v, %v, want 2 pending", cnt, err)
-	}
+	b.wantPending(2)
 }
 
 func TestEnqueueSameKeyFromConcurrentTransactions(t *testing.T) {
