@@ -94,33 +94,11 @@ func testClaim[TTx any](t *testing.T, h Harness[TTx]) {
 				defer wg.Done()
 				owner := fmt.Sprintf("claimer-%d", c)
 				<-start
-				empty := 0
-				for {
-					batch, err := e.s.MessageClaim(e.ctx, outbox.MessageClaimParams{Limit: 7, Owner: owner, Now: e.t0})
+				for batch, err := range e.claimUntilNonePending(owner, 7) {
 					if err != nil {
 						errs <- err
 						return
 					}
-					if len(batch) == 0 {
-						// An empty claim only means that what is left is
-						// locked or in flight with the other claimers (SKIP
-						// LOCKED): stop when nothing is pending any more.
-						c, err := e.s.MessageCount(e.ctx, outbox.MessageCountParams{})
-						if err != nil {
-							errs <- err
-							return
-						}
-						if c[outbox.StatusPending] == 0 {
-							return
-						}
-						if empty++; empty > 1000 {
-							errs <- fmt.Errorf("%s: 1,000 claims in a row returned nothing while %d messages were pending", owner, c[outbox.StatusPending])
-							return
-						}
-						time.Sleep(5 * time.Millisecond)
-						continue
-					}
-					empty = 0
 					p := outbox.MessageFinishParams{Owner: owner, Now: e.t0}
 					for _, m := range batch {
 						got.add(m.ID)
@@ -296,13 +274,9 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 			go func() {
 				defer wg.Done()
 				owner := fmt.Sprintf("claimer-%d", c)
-				for {
-					batch, err := e.s.MessageClaim(e.ctx, outbox.MessageClaimParams{Limit: 5, Owner: owner, Now: e.t0})
+				for batch, err := range e.claimUntilNonePending(owner, 5) {
 					if err != nil {
 						errs <- err
-						return
-					}
-					if len(batch) == 0 {
 						return
 					}
 					mu.Lock()

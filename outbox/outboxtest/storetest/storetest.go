@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"sort"
 	"strings"
 	"sync"
@@ -143,6 +144,45 @@ func (e *env[TTx]) claimP(p outbox.MessageClaimParams) []outbox.Message {
 func (e *env[TTx]) claim(owner string, limit int, now time.Time) []outbox.Message {
 	e.t.Helper()
 	return e.claimP(outbox.MessageClaimParams{Limit: limit, Owner: owner, Now: now})
+}
+
+// claimUntilNonePending yields owner's claims of up to limit messages at
+// e.t0, from any goroutine, until nothing is pending. An empty claim is not
+// the end: with concurrent claimers it only means that what is left is
+// locked or held by the others (SKIP LOCKED, a head in flight), so the loop
+// counts the pending messages, waits and claims again. It yields an error,
+// and stops, when a call fails or 1,000 claims in a row return nothing while
+// messages are pending.
+func (e *env[TTx]) claimUntilNonePending(owner string, limit int) iter.Seq2[[]outbox.Message, error] {
+	return func(yield func([]outbox.Message, error) bool) {
+		for empty := 0; ; {
+			batch, err := e.s.MessageClaim(e.ctx, outbox.MessageClaimParams{Limit: limit, Owner: owner, Now: e.t0})
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if len(batch) > 0 {
+				empty = 0
+				if !yield(batch, nil) {
+					return
+				}
+				continue
+			}
+			c, err := e.s.MessageCount(e.ctx, outbox.MessageCountParams{})
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if c[outbox.StatusPending] == 0 {
+				return
+			}
+			if empty++; empty > 1000 {
+				yield(nil, fmt.Errorf("%s: 1,000 claims in a row returned nothing while %d messages were pending", owner, c[outbox.StatusPending]))
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 }
 
 func (e *env[TTx]) get(tenant, id string) outbox.Message {
