@@ -98,8 +98,11 @@ func BenchmarkClaimFinish(b *testing.B) {
 	fill(max(b.N, batch) + batch)
 	b.ResetTimer()
 	done := 0
+	var claiming, finishing time.Duration
 	for done < b.N {
+		t0 := time.Now()
 		ms, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: batch, Owner: "bench", Now: time.Now()})
+		claiming += time.Since(t0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -110,11 +113,15 @@ func BenchmarkClaimFinish(b *testing.B) {
 		for _, m := range ms {
 			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ProviderMessageID: "p-" + m.ID, StartedAt: time.Now()})
 		}
+		t0 = time.Now()
 		if _, err := s.MessageFinish(ctx, p); err != nil {
 			b.Fatal(err)
 		}
+		finishing += time.Since(t0)
 		done += len(ms)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(done)/b.Elapsed().Seconds(), "msgs/s")
+	b.ReportMetric(float64(claiming.Microseconds())/float64(done), "claim-µs/msg")
+	b.ReportMetric(float64(finishing.Microseconds())/float64(done), "finish-µs/msg")
 }

@@ -43,7 +43,8 @@ const tidSettings = `SELECT set_config('plan_cache_mode', 'force_custom_plan', t
 	set_config('enable_bitmapscan', 'off', true),
 	set_config('jit', 'off', true),
 	set_config('enable_indexscan', 'off', true),
-	set_config('enable_indexonlyscan', 'off', true)`
+	set_config('enable_indexonlyscan', 'off', true),
+	set_config('enable_nestloop', 'off', true)`
 
 // batcher is the optional capability of a DB that pipelines statements
 // (*pgxpool.Pool, *pgx.Conn, pgx.Tx).

@@ -488,9 +488,10 @@ func finishSQL(mask int, byTID, deleteSent bool) string {
 		}
 		match := "m.id = x.id"
 		if byTID {
-			args = append(args, arg("text[]"))
-			cols += ", tid"
-			match = "m.ctid = x.tid::tid AND m.id = x.id"
+			// All rows in one TID scan of the array, joined to x by ID
+			// (a hash join: tidSettings turns nested loops off, so the
+			// scan runs once, not once per outcome).
+			match = "m.ctid = ANY(" + arg("text[]") + "::tid[]) AND m.id = x.id"
 		}
 		return "unnest(" + strings.Join(args, ", ") + ")\n\t\tAS x(" + cols + ")\n\tWHERE " + match + " AND " + fence
 	}

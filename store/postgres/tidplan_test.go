@@ -75,6 +75,11 @@ func TestWritePathPlans(t *testing.T) {
 			if n := strings.Count(finish, "Tid Scan on "+s.prefix+"messages"); n != want {
 				t.Errorf("outcome: %d tuple-ID lookups, want %d:\n%s", n, want, finish)
 			}
+			// All of them in one TID scan of an array, not one rescan per
+			// outcome.
+			if n := strings.Count(finish, "TID Cond: (ctid = ANY"); n != want || strings.Contains(finish, "Nested Loop") {
+				t.Errorf("outcome: %d tuple-ID array lookups, want %d, and no nested loop:\n%s", n, want, finish)
+			}
 			if strings.Contains(finish, "messages_processing") {
 				t.Errorf("outcome scans the lease index:\n%s", finish)
 			}
