@@ -37,7 +37,10 @@ const planSettings = `SELECT set_config('plan_cache_mode', 'force_custom_plan', 
 // too, the lookup by tuple ID is the only access path left. Otherwise the
 // planner, trusting statistics gathered when no message was PROCESSING (a
 // fresh or just-analysed table), scans the whole lease index and checks
-// every leased row of every processor on the heap.
+// every leased row of every processor on the heap. Nested loops are off as
+// well: the rows are read in one TID scan of an array and hash-joined to
+// the outcomes; inside a loop over the outcomes that scan would run once
+// per outcome, reading every row each time.
 const tidSettings = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true),
 	set_config('enable_seqscan', 'off', true),
 	set_config('enable_bitmapscan', 'off', true),
