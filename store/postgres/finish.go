@@ -35,23 +35,8 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 		return outbox.FinishResult{}, nil
 	}
 	now := s.at(p.Now)
-	var (
-		hinted []outbox.Outcome
-		tids   []string
-		byID   []outbox.Outcome
-	)
 	applied := make(map[string]struct{}, total)
-	for _, o := range p.Outcomes {
-		if s.tids.wasWritten(p.Owner, o) { // by the failed call this one retries
-			applied[o.ID] = struct{}{}
-			continue
-		}
-		if tid, ok := s.tids.take(o.ID); ok {
-			hinted, tids = append(hinted, o), append(tids, tid)
-		} else {
-			byID = append(byID, o)
-		}
-	}
+	hinted, tids, byID := s.tids.split(p.Owner, p.Outcomes, applied)
 	if len(hinted) > 0 {
 		if err := s.finish(ctx, now, p.Owner, hinted, tids, applied); err != nil {
 			return outbox.FinishResult{}, err

@@ -56,26 +56,25 @@ func (c *tidCache) wrote(owner string, o outbox.Outcome) {
 	c.mu.Unlock()
 }
 
-// wasWritten reports (and forgets) that o, of owner's lease, was written
-// by an earlier call.
-func (c *tidCache) wasWritten(owner string, o outbox.Outcome) bool {
+// split sorts owner's outcomes under one lock: those an earlier call wrote
+// before it failed go into applied (and are forgotten), those with a tuple
+// ID remembered go to hinted with their tuple IDs (taken), and the rest to
+// byID.
+func (c *tidCache) split(owner string, outcomes []outbox.Outcome, applied map[string]struct{}) (hinted []outbox.Outcome, tids []string, byID []outbox.Outcome) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w, ok := c.written[o.ID]
-	if !ok || w != (writtenOutcome{owner, o.Attempt, o.Kind}) {
-		return false
+	for _, o := range outcomes {
+		if w, ok := c.written[o.ID]; ok && w == (writtenOutcome{owner, o.Attempt, o.Kind}) {
+			delete(c.written, o.ID) // by the failed call this one retries
+			applied[o.ID] = struct{}{}
+			continue
+		}
+		if tid, ok := c.m[o.ID]; ok {
+			delete(c.m, o.ID)
+			hinted, tids = append(hinted, o), append(tids, tid)
+		} else {
+			byID = append(byID, o)
+		}
 	}
-	delete(c.written, o.ID)
-	return true
-}
-
-// take removes and returns the tuple ID remembered for id.
-func (c *tidCache) take(id string) (string, bool) {
-	c.mu.Lock()
-	tid, ok := c.m[id]
-	if ok {
-		delete(c.m, id)
-	}
-	c.mu.Unlock()
-	return tid, ok
+	return hinted, tids, byID
 }
