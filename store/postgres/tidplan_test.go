@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outboxkit/internal/testbackend"
@@ -71,7 +72,11 @@ func TestWritePathPlans(t *testing.T) {
 			if del {
 				args = append(args, s.opts.DeleteSentTopics)
 			}
-			finish := explain(tidSettings, s.sql.finishTID[finishSent], args...)
+			finish := explainPrepared(t, ctx, pg.Pool, tidSettings, s.sql.finishTID[finishSent], args...)
+			// The generic plan (tidSettings): the tuple IDs are a parameter.
+			if !strings.Contains(finish, "TID Cond: (ctid = ANY (($") {
+				t.Errorf("outcome: not the generic plan:\n%s", finish)
+			}
 			want := 1
 			if del {
 				want = 2 // the delete and the update of the other topics
@@ -91,11 +96,45 @@ func TestWritePathPlans(t *testing.T) {
 	}
 }
 
+// explainPrepared returns the plan PostgreSQL uses for sql prepared as a
+// statement (as pgx prepares it) and executed with args after settings: its
+// generic plan when the settings make it one. (EXPLAIN EXECUTE takes no
+// parameters, so each argument is spelled as a literal by the server.)
+func explainPrepared(t *testing.T, ctx context.Context, pool *pgxpool.Pool, settings, sql string, args ...any) string {
+	t.Helper()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	sd, err := conn.Conn().Prepare(ctx, "explained", sql)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Conn().Deallocate(context.Background(), "explained") }()
+	if len(sd.ParamOIDs) != len(args) {
+		t.Fatalf("%d arguments for %d parameters", len(args), len(sd.ParamOIDs))
+	}
+	lits := make([]string, len(args))
+	for i, oid := range sd.ParamOIDs {
+		var typ string
+		if err := conn.QueryRow(ctx, "SELECT format_type($1, NULL)", oid).Scan(&typ); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(ctx, "SELECT coalesce(quote_literal($1::"+typ+"::text), 'NULL') || '::"+typ+"'", args[i]).Scan(&lits[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return explainIn(t, ctx, conn.Conn(), settings, "EXECUTE explained("+strings.Join(lits, ", ")+")")
+}
+
 // explainIn returns the plan of sql with args, after settings, in a
 // transaction rolled back at the end.
-func explainIn(t *testing.T, ctx context.Context, pool *pgxpool.Pool, settings, sql string, args ...any) string {
+func explainIn(t *testing.T, ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, settings, sql string, args ...any) string {
 	t.Helper()
-	tx, err := pool.Begin(ctx)
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +199,7 @@ func TestEnqueuePlans(t *testing.T) {
 		if v&enqueueNotify == 0 {
 			a = a[:13]
 		}
-		plans[name] = explainIn(t, ectx, epg.Pool, generic, stmt, a...)
+		plans[name] = explainPrepared(t, ectx, epg.Pool, generic, stmt, a...)
 	}
 	for name, plan := range plans {
 		for _, l := range strings.Split(plan, "\n") {
