@@ -178,7 +178,10 @@ func (s *Store) finish(ctx context.Context, now time.Time, owner string, outcome
 	}
 	stmt, settings := s.sql.finish[mask], planSettings
 	if tids != nil {
-		stmt, settings = s.sql.finishTID[mask], tidSettings
+		stmt, settings = s.sql.finishTID[mask], tidGenericSettings
+		if mask&finishSent != 0 && len(s.opts.DeleteSentTopics) > 0 {
+			settings = tidSettings // see tidGenericSettings
+		}
 	}
 	err := s.plannedWith(ctx, settings, stmt, args, func(r pgx.Rows) error {
 		var id string

@@ -72,10 +72,16 @@ func TestWritePathPlans(t *testing.T) {
 			if del {
 				args = append(args, s.opts.DeleteSentTopics)
 			}
-			finish := explainPrepared(t, ctx, pg.Pool, tidSettings, s.sql.finishTID[finishSent], args...)
-			// The generic plan (tidSettings): the tuple IDs are a parameter.
-			if !strings.Contains(finish, "TID Cond: (ctid = ANY (($") {
-				t.Errorf("outcome: not the generic plan:\n%s", finish)
+			// The plan the statement runs: the generic one (tidGenericSettings:
+			// the tuple IDs are a parameter), but with delete on send, whose
+			// deletion of attempt history is planned at every execution.
+			settings := tidGenericSettings
+			if del {
+				settings = tidSettings
+			}
+			finish := explainPrepared(t, ctx, pg.Pool, settings, s.sql.finishTID[finishSent], args...)
+			if generic := strings.Contains(finish, "TID Cond: (ctid = ANY (($"); generic == del {
+				t.Errorf("outcome (delete on send %v): generic plan %v:\n%s", del, generic, finish)
 			}
 			want := 1
 			if del {
@@ -271,5 +277,53 @@ func TestEnqueueOneMessageSettlesOnTheGenericPlan(t *testing.T) {
 	}
 	if generic < 10 || custom > 5 {
 		t.Fatalf("20 single-message enqueues: %d generic and %d custom plans, want the generic plan after 5 custom ones", generic, custom)
+	}
+}
+
+// TestOutcomeStatementPlanMode: the outcome statement by tuple ID runs its
+// generic plan (made once per connection), and the delete-on-send one a
+// plan made at every execution (see tidGenericSettings).
+func TestOutcomeStatementPlanMode(t *testing.T) {
+	for _, del := range []bool{false, true} {
+		t.Run(fmt.Sprintf("delete-sent=%v", del), func(t *testing.T) {
+			pg := testbackend.Postgres(t, 1) // one connection: its prepared statements are the ones read
+			opts := Options{Schema: pg.Name}
+			if del {
+				opts.DeleteSentTopics = []string{"t"}
+			}
+			s, err := New(pg.Pool, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := s.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				if _, err := s.MessageEnqueue(ctx, outbox.MessageEnqueueParams{Messages: []outbox.Message{
+					{Topic: "t", Group: fmt.Sprintf("g%d", i), Payload: []byte(`{}`)},
+				}}); err != nil {
+					t.Fatal(err)
+				}
+				ms, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "p", Now: time.Now()})
+				if err != nil || len(ms) != 1 {
+					t.Fatalf("claim: %d messages, %v", len(ms), err)
+				}
+				res, err := s.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Now: time.Now(),
+					Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: ms[0].ID, Attempt: ms[0].Attempts}}})
+				if err != nil || len(res.LeaseLost) != 0 {
+					t.Fatalf("finish: %+v, %v", res, err)
+				}
+			}
+			var generic, custom int64
+			if err := pg.Pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`,
+				s.sql.finishTID[finishSent]).Scan(&generic, &custom); err != nil {
+				t.Fatalf("the outcome statement by tuple ID is not prepared on the connection: %v", err)
+			}
+			if del && (generic != 0 || custom != 3) || !del && (generic != 3 || custom != 0) {
+				t.Fatalf("3 outcome statements: %d generic and %d custom plans", generic, custom)
+			}
+		})
 	}
 }
