@@ -62,14 +62,14 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 		stmt, fb = s.sql.claimTopics, s.sql.claimFallbackTopics
 		args = append(args, p.Topics)
 	}
-	msgs, scanned, maxSeq, err := s.claim(ctx, stmt, args)
+	msgs, scanned, maxSeq, err := s.claim(ctx, claimSettings, stmt, args)
 	if err != nil {
 		return nil, err
 	}
 	if len(msgs) < p.Limit && scanned >= int64(budget) {
 		args[2] = p.Limit - len(msgs)
 		args[3] = maxSeq
-		more, _, _, err := s.claim(ctx, fb, args)
+		more, _, _, err := s.claim(ctx, planSettings, fb, args)
 		if err != nil {
 			// The first claim is committed: hand it out rather than leave
 			// it to lease recovery.
@@ -81,13 +81,13 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	return msgs, nil
 }
 
-func (s *Store) claim(ctx context.Context, stmt string, args []any) ([]outbox.Message, int64, int64, error) {
+func (s *Store) claim(ctx context.Context, settings, stmt string, args []any) ([]outbox.Message, int64, int64, error) {
 	var (
 		msgs            []outbox.Message
 		scanned, maxSeq int64
 		tid             *string
 	)
-	err := s.planned(ctx, stmt, args, func(r pgx.Rows) error {
+	err := s.plannedWith(ctx, settings, stmt, args, func(r pgx.Rows) error {
 		var row msgRow
 		if r.RawValues()[2] == nil { // no message claimed: only the window's figures
 			dest := make([]any, 3+len(row.dest()))

@@ -35,11 +35,16 @@ func TestWritePathPlans(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			explain := func(settings, sql string, args ...any) string {
-				t.Helper()
-				return explainIn(t, ctx, pg.Pool, settings, sql, args...)
+			// The claim's generic plan (claimSettings), which it runs.
+			claim := explainPrepared(t, ctx, pg.Pool, claimSettings, s.sql.claimAll, time.Now(), "p", 500, 2000, 100)
+			if !strings.Contains(claim, "<= $1") {
+				t.Errorf("claim: not the generic plan:\n%s", claim)
 			}
-			claim := explain(planSettings, s.sql.claimAll, time.Now(), "p", 500, 2000, 100)
+			// Locked rows look their candidates up: no join of the two,
+			// whose method a generic plan would pick without estimates.
+			if strings.Contains(claim, "l.cur = c") {
+				t.Errorf("claim: the locked rows are joined to the candidates:\n%s", claim)
+			}
 			if n := strings.Count(claim, "Tid Scan on "+s.prefix+"messages"); n < 2 {
 				t.Errorf("claim: %d tuple-ID lookups, want the lock's and the update's:\n%s", n, claim)
 			}
