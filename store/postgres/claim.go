@@ -62,10 +62,15 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 		stmt, fb = s.sql.claimTopics, s.sql.claimFallbackTopics
 		args = append(args, p.Topics)
 	}
-	msgs, scanned, maxSeq, err := s.claim(ctx, claimSettings, stmt, args)
+	settings := planSettings
+	if s.smallClaims.Load() {
+		settings = claimSettings
+	}
+	msgs, scanned, maxSeq, err := s.claim(ctx, settings, stmt, args)
 	if err != nil {
 		return nil, err
 	}
+	s.smallClaims.Store(len(msgs) < smallClaim)
 	if len(msgs) < p.Limit && scanned >= int64(budget) {
 		args[2] = p.Limit - len(msgs)
 		args[3] = maxSeq

@@ -208,19 +208,11 @@ runs AS MATERIALIZED (
 	FROM {T} m
 	WHERE m.ctid = ANY(ARRAY(SELECT tid FROM cand)) AND m.status = 'PENDING' AND m.next_attempt_at <= $1
 	FOR UPDATE OF m SKIP LOCKED
-), cmap AS MATERIALIZED (
-	-- The candidates by tuple ID, with their message ID and run position,
-	-- so that each locked row looks its candidate up (a binary search)
-	-- instead of being joined to the candidates: the join's method would
-	-- come from estimates, which the claim's generic plan does not have,
-	-- and a nested loop over both is quadratic in the claim's size.
-	SELECT jsonb_object_agg(tid::text, jsonb_build_array(id, pos)) AS m FROM cand
 ), valid AS (
-	SELECT v.cur AS tid FROM (
-		SELECT l.grp, l.cur, (c.e ->> 1)::bigint AS pos,
+	SELECT v.tid FROM (
+		SELECT l.grp, c.pos, c.tid,
 			row_number() OVER (PARTITION BY l.tenant, l.topic, l.grp ORDER BY l.seq) AS rk
-		FROM locked l CROSS JOIN LATERAL (SELECT (SELECT m FROM cmap) -> l.cur::text AS e) c
-		WHERE c.e ->> 0 = l.id
+		FROM locked l JOIN cand c ON c.id = l.id AND c.tid = l.cur
 	) v
 	WHERE v.grp = '' OR v.rk = v.pos
 ), upd AS (

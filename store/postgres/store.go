@@ -122,6 +122,9 @@ type Store struct {
 	sql sqlText
 
 	pruned atomic.Int64 // rows pruned since the store last analysed the tables
+	// smallClaims is set while this store's claims return few messages:
+	// the next claim then runs its generic plan (see claimSettings).
+	smallClaims atomic.Bool
 	tids   tidCache     // tuple IDs of the rows this store leased
 }
 

@@ -35,16 +35,13 @@ func TestWritePathPlans(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			// The claim's generic plan (claimSettings), which it runs.
+			// The claim's generic plan (claimSettings), which a claim after a
+			// small one runs: the same index and tuple-ID lookups.
 			claim := explainPrepared(t, ctx, pg.Pool, claimSettings, s.sql.claimAll, time.Now(), "p", 500, 2000, 100)
 			if !strings.Contains(claim, "<= $1") {
 				t.Errorf("claim: not the generic plan:\n%s", claim)
 			}
-			// Locked rows look their candidates up: no join of the two,
-			// whose method a generic plan would pick without estimates.
-			if strings.Contains(claim, "l.cur = c") {
-				t.Errorf("claim: the locked rows are joined to the candidates:\n%s", claim)
-			}
+
 			if n := strings.Count(claim, "Tid Scan on "+s.prefix+"messages"); n < 2 {
 				t.Errorf("claim: %d tuple-ID lookups, want the lock's and the update's:\n%s", n, claim)
 			}
@@ -330,5 +327,68 @@ func TestOutcomeStatementPlanMode(t *testing.T) {
 				t.Fatalf("3 outcome statements: %d generic and %d custom plans", generic, custom)
 			}
 		})
+	}
+}
+
+// TestClaimPlanMode: a claim that follows one of fewer than smallClaim
+// messages runs its generic plan; one that follows a larger claim is
+// planned at execution (see claimSettings).
+func TestClaimPlanMode(t *testing.T) {
+	pg := testbackend.Postgres(t, 1) // one connection: its prepared statements are the ones read
+	s, err := New(pg.Pool, Options{Schema: pg.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	enqueue := func(n int) {
+		t.Helper()
+		msgs := make([]outbox.Message, n)
+		for i := range msgs {
+			msgs[i] = outbox.Message{Topic: "t", Group: fmt.Sprintf("g%d", i%10), Payload: []byte(`{}`)}
+		}
+		if _, err := s.MessageEnqueue(ctx, outbox.MessageEnqueueParams{Messages: msgs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim := func(want int) {
+		t.Helper()
+		ms, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 500, Owner: "p", Now: time.Now()})
+		if err != nil || len(ms) != want {
+			t.Fatalf("claimed %d, want %d (%v)", len(ms), want, err)
+		}
+		p := outbox.MessageFinishParams{Owner: "p", Now: time.Now()}
+		for _, m := range ms {
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts})
+		}
+		if len(ms) > 0 {
+			if _, err := s.MessageFinish(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	plans := func() (generic, custom int64) {
+		t.Helper()
+		if err := pg.Pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`,
+			s.sql.claimAll).Scan(&generic, &custom); err != nil {
+			t.Fatal(err)
+		}
+		return generic, custom
+	}
+	enqueue(3)
+	claim(3) // the first claim: planned at execution
+	enqueue(3)
+	claim(3) // after a small claim: the generic plan
+	if g, c := plans(); g != 1 || c != 1 {
+		t.Fatalf("after two small claims: %d generic and %d custom plans, want 1 and 1", g, c)
+	}
+	enqueue(300)
+	claim(300) // after a small claim, a large one: generic
+	claim(0)   // after a large claim: planned at execution
+	if g, c := plans(); g != 2 || c != 2 {
+		t.Fatalf("after a large claim: %d generic and %d custom plans, want 2 and 2", g, c)
 	}
 }
