@@ -125,7 +125,7 @@ type Store struct {
 	// smallClaims is set while this store's claims return few messages:
 	// the next claim then runs its generic plan (see claimSettings).
 	smallClaims atomic.Bool
-	tids   tidCache     // tuple IDs of the rows this store leased
+	tids        tidCache // tuple IDs of the rows this store leased
 }
 
 // Store has the method set of every store: the ports, InTx,
