@@ -61,7 +61,8 @@ const tidSettings = `SELECT set_config('plan_cache_mode', 'force_custom_plan', t
 // statement: its deletion of attempt history has every access path
 // disabled, and a generic plan made while the attempts table was empty
 // would keep scanning it whole once it has grown, where a plan made per
-// execution takes the index. TestWritePathPlans checks both.
+// execution takes the index. TestWritePathPlans and
+// TestOutcomeStatementPlanMode check both.
 var tidGenericSettings = strings.Replace(tidSettings, "force_custom_plan", "force_generic_plan", 1)
 
 // claimSettings are planSettings with the claim statement's generic plan,

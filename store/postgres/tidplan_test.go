@@ -288,20 +288,11 @@ func TestEnqueueOneMessageSettlesOnTheGenericPlan(t *testing.T) {
 func TestOutcomeStatementPlanMode(t *testing.T) {
 	for _, del := range []bool{false, true} {
 		t.Run(fmt.Sprintf("delete-sent=%v", del), func(t *testing.T) {
-			pg := testbackend.Postgres(t, 1) // one connection: its prepared statements are the ones read
-			opts := Options{Schema: pg.Name}
+			var opts Options
 			if del {
 				opts.DeleteSentTopics = []string{"t"}
 			}
-			s, err := New(pg.Pool, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if err := s.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
+			s, pg, ctx := oneConnStore(t, opts)
 			for i := range 3 {
 				if _, err := s.MessageEnqueue(ctx, outbox.MessageEnqueueParams{Messages: []outbox.Message{
 					{Topic: "t", Group: fmt.Sprintf("g%d", i), Payload: []byte(`{}`)},
@@ -334,16 +325,7 @@ func TestOutcomeStatementPlanMode(t *testing.T) {
 // messages runs its generic plan; one that follows a larger claim is
 // planned at execution (see claimSettings).
 func TestClaimPlanMode(t *testing.T) {
-	pg := testbackend.Postgres(t, 1) // one connection: its prepared statements are the ones read
-	s, err := New(pg.Pool, Options{Schema: pg.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, pg, ctx := oneConnStore(t, Options{})
 	enqueue := func(n int) {
 		t.Helper()
 		msgs := make([]outbox.Message, n)
@@ -391,4 +373,23 @@ func TestClaimPlanMode(t *testing.T) {
 	if g, c := plans(); g != 2 || c != 2 {
 		t.Fatalf("after a large claim: %d generic and %d custom plans, want 2 and 2", g, c)
 	}
+}
+
+// oneConnStore returns a migrated store in a fresh schema over a pool of
+// one connection, whose prepared statements (pg_prepared_statements) are
+// then the store's.
+func oneConnStore(t *testing.T, opts Options) (*Store, testbackend.PostgresSchema, context.Context) {
+	t.Helper()
+	pg := testbackend.Postgres(t, 1)
+	opts.Schema = pg.Name
+	s, err := New(pg.Pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s, pg, ctx
 }
