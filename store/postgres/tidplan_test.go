@@ -41,7 +41,6 @@ func TestWritePathPlans(t *testing.T) {
 			if !strings.Contains(claim, "<= $1") {
 				t.Errorf("claim: not the generic plan:\n%s", claim)
 			}
-
 			if n := strings.Count(claim, "Tid Scan on "+s.prefix+"messages"); n < 2 {
 				t.Errorf("claim: %d tuple-ID lookups, want the lock's and the update's:\n%s", n, claim)
 			}

@@ -645,7 +645,10 @@ func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) (f
 	// not when the last one is published: the outcomes of the last
 	// batches are part of the work, and River's figure (../shared/bench/river)
 	// ends when every job is completed in its table.
-	if err := untilRecorded(ctx, pool, s.MessagesTable()); err != nil {
+	q := "SELECT EXISTS (SELECT 1 FROM " + s.MessagesTable() + " WHERE status IN ('PENDING', 'PROCESSING'))"
+	if err := untilRecorded(func() (left bool, err error) {
+		return left, pool.QueryRow(ctx, q).Scan(&left)
+	}); err != nil {
 		return 0, "", err
 	}
 	elapsed := time.Since(start)
@@ -690,24 +693,19 @@ func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) (f
 	return float64(c.drainN) / elapsed.Seconds(), drainNote(pub, cnt, c.drainN, cpuNote), nil
 }
 
-// untilRecorded polls every 2 ms until no message of table is PENDING or
-// PROCESSING. (Unfinished messages are in the group index, so the query
-// stays cheap as sent ones pile up.)
-func untilRecorded(ctx context.Context, pool *pgxpool.Pool, table string) error {
-	q := "SELECT EXISTS (SELECT 1 FROM " + table + " WHERE status IN ('PENDING', 'PROCESSING'))"
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var left bool
-		if err := pool.QueryRow(ctx, q).Scan(&left); err != nil {
+// untilRecorded polls unfinished every 2 ms until it reports no message
+// PENDING or PROCESSING, for at most a minute. (On PostgreSQL the query is
+// an EXISTS over the group index, which stays cheap as sent messages pile
+// up.)
+func untilRecorded(unfinished func() (bool, error)) error {
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(2 * time.Millisecond) {
+		left, err := unfinished()
+		if err != nil || !left {
 			return err
-		}
-		if !left {
-			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("messages still unfinished a minute after the last was published")
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 

@@ -152,23 +152,15 @@ func benchDrainSQL(ctx context.Context, c config, kind string, procs int) (float
 	for pub.n.Load() < int64(c.drainN) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	// As for PostgreSQL (see untilRecorded): the drain ends when every
-	// message is recorded as sent.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+	// As for PostgreSQL: the drain ends when every message is recorded as
+	// sent.
+	if err := untilRecorded(func() (bool, error) {
 		cnt, err := s.MessageCount(ctx, outbox.MessageCountParams{AllTenants: true})
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return 0, "", err
-		}
-		if cnt[outbox.StatusPending]+cnt[outbox.StatusProcessing] == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			wg.Wait()
-			return 0, "", fmt.Errorf("messages still unfinished a minute after the last was published")
-		}
+		return cnt[outbox.StatusPending]+cnt[outbox.StatusProcessing] > 0, err
+	}); err != nil {
+		cancel()
+		wg.Wait()
+		return 0, "", err
 	}
 	elapsed := time.Since(start)
 	cancel()
