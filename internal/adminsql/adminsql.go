@@ -71,8 +71,21 @@ func Filter(f outbox.MessageFilter, prefix string, a *Args, tm func(time.Time) a
 // qualified by prefix, "" for an unqualified outer row) is covered by no
 // pause in the table pauses.
 func NotPaused(pauses, prefix string) string {
+	return notPaused(pauses, prefix, "")
+}
+
+// NotPausedRowByRow is NotPaused for PostgreSQL, checked row by row as the
+// rows are read: OFFSET 0 keeps the planner from turning the NOT EXISTS
+// into an anti join. Planned without statistics (a table never analysed),
+// that join was a hash anti join, which reads every pending message before
+// the claim's LIMIT can stop the scan.
+func NotPausedRowByRow(pauses, prefix string) string {
+	return notPaused(pauses, prefix, " OFFSET 0")
+}
+
+func notPaused(pauses, prefix, tail string) string {
 	return ` AND NOT EXISTS (SELECT 1 FROM ` + pauses + ` WHERE pause_topic = ` + prefix + `topic
-		AND pause_grp IN ('', ` + prefix + `grp) AND pause_tenant IN ('', ` + prefix + `tenant))`
+		AND pause_grp IN ('', ` + prefix + `grp) AND pause_tenant IN ('', ` + prefix + `tenant)` + tail + `)`
 }
 
 // Where joins conditions into a WHERE clause ("" when there are none).

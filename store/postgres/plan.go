@@ -69,17 +69,20 @@ var tidGenericSettings = strings.Replace(tidSettings, "force_custom_plan", "forc
 // made once per connection instead of at every execution, for a claim that
 // follows one of fewer than smallClaim messages (a processor keeping up
 // with a steady flow). Planning the claim costs about 1 ms, as much as
-// running a claim of 30. Everything in the claim's plan is an index
-// descent, a lateral index scan or a TID scan by construction but the join
-// of the locked rows to the candidates: its generic plan (with no
-// estimates to go by) is a nested loop, quadratic in the claim's size
-// (37 ms for a claim of 500, against 9-11 ms planned per execution), so a
-// claim that follows a large one is planned per execution.
+// running a claim of 30. Every part of the claim's plan is an index
+// descent, a lateral index scan, a TID scan or a hash or merge join by
+// construction (see the claim's pairs and NotPausedRowByRow) but the
+// window's scan: a generic plan made while the table held a few messages
+// may read the window from the group index, filtered and sorted, instead
+// of the claim index in sequence order, which reads every unfinished
+// message once a backlog has built up. So a claim that follows a large one
+// is planned per execution.
 var claimSettings = strings.Replace(planSettings, "force_custom_plan", "force_generic_plan", 1)
 
 // smallClaim is the claim size below which the next claim runs its generic
 // plan (see claimSettings). When a burst makes that claim large, it alone
-// pays the nested loop, and the claims after it are planned per execution.
+// may read the whole window's worth of unfinished messages, and the claims
+// after it are planned per execution.
 const smallClaim = 100
 
 // batcher is the optional capability of a DB that pipelines statements

@@ -19,9 +19,10 @@ import (
 // prepared statements get planned, and after five executions PostgreSQL
 // may cache a generic plan), then backlog messages arrive at once, then it
 // claims and finishes batches of 500. With analyse, the table is analysed
-// after the burst. mode is the connection's plan_cache_mode. It returns the
-// median claim time.
-func planCase(t *testing.T, backlog int, analyse bool, mode string) time.Duration {
+// after the burst. mode is the connection's plan_cache_mode; topics, when
+// set, are the claims' topic filter (a processor's: its router's topics).
+// It returns the median claim time.
+func planCase(t *testing.T, backlog int, analyse bool, mode string, topics []string) time.Duration {
 	t.Helper()
 	pg := testbackend.Postgres(t, 2)
 	cfg, err := pgxpool.ParseConfig(pg.DSN)
@@ -58,7 +59,7 @@ FROM generate_series($1::int, $2::int) AS i`, s.MessagesTable()), from, to); err
 	}
 	claim := func(owner string, limit int, finish bool) {
 		t.Helper()
-		ms, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: limit, Owner: owner, Now: time.Now()})
+		ms, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: limit, Owner: owner, Now: time.Now(), Topics: topics})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,14 +110,20 @@ func TestClaimPlanWithoutStatistics(t *testing.T) {
 	if testing.Short() {
 		backlog = 25000
 	}
-	analysed := planCase(t, backlog, true, "auto")
-	for _, mode := range []string{"auto", "force_generic_plan"} {
-		fresh := planCase(t, backlog, false, mode)
-		ratio := float64(fresh) / float64(analysed)
-		t.Logf("backlog %d, plan_cache_mode %s: median claim %v unanalysed, %v analysed (%.2fx)", backlog, mode, fresh, analysed, ratio)
-		// Generous for a shared machine: the degraded plan was 30-200x.
-		if ratio > 5 && fresh-analysed > 50*time.Millisecond {
-			t.Errorf("plan_cache_mode %s: a claim on the unanalysed table takes %.1fx the analysed one (%v vs %v)", mode, ratio, fresh, analysed)
+	for _, topics := range [][]string{nil, {"bench"}} {
+		analysed := planCase(t, backlog, true, "auto", topics)
+		for _, mode := range []string{"auto", "force_generic_plan"} {
+			fresh := planCase(t, backlog, false, mode, topics)
+			ratio := float64(fresh) / float64(analysed)
+			t.Logf("backlog %d, topics %v, plan_cache_mode %s: median claim %v unanalysed, %v analysed (%.2fx)", backlog, topics, mode, fresh, analysed, ratio)
+			// Generous for a shared machine (0.7-1.5x seen): the degraded
+			// plans were 30-200x (a generic plan made on the small table),
+			// then 2.4-3.6x (the locked rows joined to the candidates in a
+			// nested loop, and a hash anti join with the pauses that read
+			// the whole backlog before the window's LIMIT).
+			if ratio > 2 && fresh-analysed > 15*time.Millisecond {
+				t.Errorf("topics %v, plan_cache_mode %s: a claim on the unanalysed table takes %.1fx the analysed one (%v vs %v)", topics, mode, ratio, fresh, analysed)
+			}
 		}
 	}
 }

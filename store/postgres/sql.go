@@ -161,13 +161,14 @@ SELECT ins.id, ins.seq FROM ins` + notifyJoin)
 	// unordered messages. cand: the oldest $3 of both. locked: those still
 	// PENDING and due in their newest version (FOR UPDATE re-checks a row
 	// another claimer changed since this statement's snapshot) and not
-	// row-locked by another claimer. valid: a run's message is kept only if
+	// row-locked by another claimer. pairs: each locked row beside its
+	// candidate. valid: a run's message is kept only if
 	// every message before it in the run was locked too, so a message is
 	// never claimed while an earlier one of its group is held by someone
 	// else. The final row carries the window's size and last sequence so the
 	// caller knows whether to look past it.
 	// Paused topics and groups (outbox.Admin) are not claimed.
-	notPaused := adminsql.NotPaused("{P}", "")
+	notPaused := adminsql.NotPausedRowByRow("{P}", "")
 	claimTail := func(topicFilter string) string {
 		return `
 runs AS MATERIALIZED (
@@ -208,11 +209,22 @@ runs AS MATERIALIZED (
 	FROM {T} m
 	WHERE m.ctid = ANY(ARRAY(SELECT tid FROM cand)) AND m.status = 'PENDING' AND m.next_attempt_at <= $1
 	FOR UPDATE OF m SKIP LOCKED
+), pairs AS MATERIALIZED (
+	-- Each locked row beside its candidate. A FULL JOIN because PostgreSQL
+	-- runs one only as a hash or merge join, never as a nested loop: with
+	-- no estimates to go by (a generic plan, or a table never analysed) an
+	-- inner join of the two was planned as a nested loop, quadratic in the
+	-- claim's size (a claim of 242 spent 100 ms in it). Materialized, so
+	-- the filter below cannot turn it back into an inner join. Every locked
+	-- row has its candidate (it was found by the candidate's tuple ID); a
+	-- candidate not locked has none (cur is NULL).
+	SELECT l.tenant, l.topic, l.grp, l.seq, l.cur, c.pos, c.tid
+	FROM locked l FULL JOIN cand c ON c.id = l.id
 ), valid AS (
 	SELECT v.tid FROM (
-		SELECT l.grp, c.pos, c.tid,
-			row_number() OVER (PARTITION BY l.tenant, l.topic, l.grp ORDER BY l.seq) AS rk
-		FROM locked l JOIN cand c ON c.id = l.id AND c.tid = l.cur
+		SELECT p.grp, p.pos, p.tid,
+			row_number() OVER (PARTITION BY p.tenant, p.topic, p.grp ORDER BY p.seq) AS rk
+		FROM pairs p WHERE p.cur = p.tid
 	) v
 	WHERE v.grp = '' OR v.rk = v.pos
 ), upd AS (
