@@ -21,6 +21,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -82,6 +83,7 @@ func main() {
 	schema := flag.String("schema", "", "internal: schema for child modes")
 	flag.BoolVar(&noNotify, "no-notify", false, "stores run with Options.DisableNotify (polling only)")
 	flag.BoolVar(&asyncCommit, "async-commit", false, "stores run with Options.AsyncCommit")
+	flag.IntVar(&maxUnrecorded, "max-unrecorded", 0, "the processors' Config.MaxUnrecordedOutcomes (default: outbox's default, PublishBatchSize)")
 	flag.BoolVar(&deleteSent, "delete-sent", false, "the PostgreSQL processors delete the messages they send (Options.DeleteSentTopics)")
 	flag.BoolVar(&sharedGroups, "cont-shared-groups", false, "continuous: the producers draw from all groups (they wait on each other's group locks) instead of a quarter each")
 	flag.BoolVar(&workDetail, "work-detail", false, "after each PostgreSQL drain, print the buffer accesses per message of each table and index")
@@ -331,6 +333,10 @@ func cmpFloat(a, b float64) int {
 }
 
 var noNotify, asyncCommit, workDetail, deleteSent, sharedGroups bool
+
+// maxUnrecorded is the processors' Config.MaxUnrecordedOutcomes (0: the
+// default).
+var maxUnrecorded int
 
 func newPool(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
 	return newPoolNamed(ctx, dsn, maxConns, "outboxkit-bench")
@@ -584,6 +590,7 @@ func runProcessors(ctx context.Context, dsn string, s *postgres.Store, pub outbo
 		}
 		c := cfg
 		c.ID = fmt.Sprintf("bench-%d", i)
+		c.MaxUnrecordedOutcomes = cmp.Or(c.MaxUnrecordedOutcomes, maxUnrecorded)
 		c.Topics = []string{"bench"}
 		var st outbox.Store = ps
 		if os.Getenv("BENCH_DEBUG") != "" {
