@@ -34,6 +34,7 @@ type sqlText struct {
 	statusOf                   string
 	receiptLock, receiptUpdate string
 	prune                      string
+	pendingTopics              string
 }
 
 // Bits of an enqueue statement variant.
@@ -378,6 +379,7 @@ SELECT {MCOLS} FROM unnest($1::text[], $2::text[]) AS k(tenant, ikey)
 		abortClash: `DO $$BEGIN RAISE EXCEPTION USING ERRCODE = 'unique_violation',
 	MESSAGE = 'outboxkit: enqueue refused: a caller-chosen message ID is already used by another message; the transaction is aborted';
 END$$`,
+		pendingTopics:       q(pendingTopicsSQL),
 		claimAll:            claim(false),
 		claimTopics:         claim(true),
 		claimFallbackAll:    claimFallback(false),
