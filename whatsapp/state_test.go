@@ -52,6 +52,12 @@ func newPostgresTestState(t *testing.T, o whatsapp.QuotaOptions) whatsapp.State 
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The concurrent-senders case runs 100 goroutines: unbounded, the pool
+	// opened a connection for each, and beside the other packages' tests
+	// (run at the same time by go test ./...) the server refused some with
+	// "too many clients". Ten connections still run the senders'
+	// transactions concurrently.
+	db.SetMaxOpenConns(10)
 	schema := "wa_test_" + randSuffix()
 	if _, err := db.Exec(`CREATE SCHEMA ` + schema); err != nil {
 		_ = db.Close()
@@ -73,6 +79,7 @@ func newMySQLTestState(t *testing.T, o whatsapp.QuotaOptions) whatsapp.State {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db.SetMaxOpenConns(10) // as for PostgreSQL
 	if err := db.Ping(); err != nil {
 		_ = db.Close()
 		testbackend.Unavailable(t, "MySQL", err.Error())
