@@ -220,6 +220,11 @@ func main() {
 			ceil(func() (float64, error) { return pg.insert(100, true) }), "msg/s", ">= 85% of ceiling", 0.85)
 		rounds("enqueue, 100 messages per transaction (100 groups), 8 clients", func() (float64, string, error) { return benchEnqueue(ctx, c, pool, 100, 100) },
 			ceil(func() (float64, error) { return pg.insert(100, true) }), "msg/s", "", 0)
+		// The same enqueue beside a ceiling that receives its rows from the
+		// client, as the enqueue does (the row above builds them on the
+		// server from one constant payload, parsed once).
+		rounds("enqueue, 100 messages per transaction (one group), 8 clients, against rows sent by the client", func() (float64, string, error) { return benchEnqueue(ctx, c, pool, 100, 1) },
+			ceil(func() (float64, error) { return pg.insertSent(100) }), "msg/s", "", 0)
 	}
 	storeList := strings.Split(*stores, ",")
 	if want("drain") {
@@ -1044,6 +1049,28 @@ func (p *ceilings) insert(rows int, explicit bool) (float64, error) {
 		stmt = "BEGIN;\n" + stmt + "COMMIT;\n"
 	}
 	tps, err := p.run(fmt.Sprintf("insert%d", rows), stmt, p.c.clients, "-T", strconv.Itoa(int(p.c.pgbenchFor.Seconds())))
+	if _, terr := p.pool.Exec(p.ctx, "TRUNCATE "+p.s.MessagesTable()); terr != nil && err == nil {
+		err = terr
+	}
+	return tps * float64(rows), err
+}
+
+// insertSent is insert with the rows sent by the client, as an enqueue
+// sends its messages: a prepared statement whose payloads are parameters
+// (pgbench variables, bound at every execution), so the server receives
+// and parses every payload (insert builds its rows on the server from one
+// constant payload, parsed once); rows per transaction, explicit
+// transaction, 8 clients; rows/s.
+func (p *ceilings) insertSent(rows int) (float64, error) {
+	vals := make([]string, rows)
+	extra := []string{"-M", "prepared", "-T", strconv.Itoa(int(p.c.pgbenchFor.Seconds()))}
+	for i := range vals {
+		vals[i] = fmt.Sprintf(`(md5(random()::text || clock_timestamp()::text || '%d'), 'group-' || (random()*1000)::int, :p%d)`, i, i)
+		extra = append(extra, "-D", fmt.Sprintf("p%d=%s", i, payload("group-0001", i)))
+	}
+	stmt := fmt.Sprintf("BEGIN;\nINSERT INTO %s %s SELECT v.k, '', 'bench', v.g, v.k, 'PENDING', 0, 0, now(), now(), now(), v.p::json FROM (VALUES %s) AS v(k, g, p);\nCOMMIT;\n",
+		p.s.MessagesTable(), ceilingCols, strings.Join(vals, ", "))
+	tps, err := p.run(fmt.Sprintf("insert-sent%d", rows), stmt, p.c.clients, extra...)
 	if _, terr := p.pool.Exec(p.ctx, "TRUNCATE "+p.s.MessagesTable()); terr != nil && err == nil {
 		err = terr
 	}
