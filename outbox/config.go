@@ -55,7 +55,13 @@ type Config struct {
 	// this many wait for the store. A processor that crashes has its
 	// messages published again once their leases expire; of those, at most
 	// this many plus the batches being published had been published
-	// already (duplicates). Defaults to PublishBatchSize.
+	// already (duplicates). It also caps a processor's rate at this many
+	// messages per outcome write: at 2,000 msg/s the default stops the
+	// workers whenever a write takes longer than 50 ms (a slow disk flush),
+	// and one processor draining a backlog publishes about 100 messages per
+	// round trip. A larger value trades more duplicates after a crash for
+	// throughput and a shorter latency tail (see store/postgres's
+	// PERFORMANCE.md). Defaults to PublishBatchSize.
 	MaxUnrecordedOutcomes int
 	// MaxRecoveries is how many times lease recovery puts a message back to
 	// PENDING before it dead-letters it instead. Recovery does not count an
