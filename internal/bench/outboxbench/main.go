@@ -755,7 +755,9 @@ func benchLatency(ctx context.Context, c config, pool *pgxpool.Pool) (row, error
 	// The producer's own transactions (BEGIN, the enqueue, COMMIT), timed
 	// beside the latency: a claim commits too, so a stall that holds the
 	// producer's commits (a WAL flush, a CPU stall on this machine) holds
-	// the claims as well, and the commit's p99 is a floor for the latency's.
+	// the claims as well. The two do not bound each other (a round can
+	// have a slow commit p99 and a fast latency p99): they show whether a
+	// round's slow claims came with slow commits.
 	var txDur []time.Duration
 	ob := outbox.New[pgx.Tx](s, outbox.Options{})
 	total := int(c.latencyFor.Seconds()) * c.latencyRate
