@@ -2,6 +2,8 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -24,9 +26,10 @@ import (
 // waiting for a retry (PENDING, not due), a blocking dead letter, or locked
 // by another claimer is skipped. Messages of group "" are never blocked.
 //
-// Group heads are found by scanning the PENDING ordered messages in Seq
-// order; a backlog of many messages behind a blocked group is scanned by
-// each claim (one index probe per message) until Limit heads are found.
+// Group heads are found among the oldest due PENDING ordered messages (a
+// bounded window, so a claim's cost does not grow with the backlog), and
+// beyond it, group by group, when the window's groups are blocked (see
+// claimGroups).
 func (s *Store) claim(ctx context.Context, p outbox.MessageClaimParams, now time.Time) ([]outbox.Message, error) {
 	var out []outbox.Message
 	err := s.inTx(ctx, func(tx sqlstore.Querier) error {
@@ -94,41 +97,108 @@ type head struct {
 // Options.ClaimPerGroup while other groups wait, more when there is room),
 // cut at the first message that is not due, PROCESSING, or locked by
 // another claimer.
+//
+// Heads are looked for among the oldest due PENDING ordered messages (a
+// window of 4 x limit, at least 1,000 and at most 20,000, read in sequence
+// order from messages_head), so a claim's cost does not grow with the
+// backlog. When the window is full and its heads do not fill the claim
+// (long backlogs behind groups that are blocked), a second query visits
+// every group with a PENDING message (a loose scan of
+// messages_group_status: one index descent per group), so no group starves
+// behind blocked ones.
 func (s *Store) claimGroups(ctx context.Context, tx sqlstore.Querier, nowS, topicFilter string, topicArgs []any, limit int) ([]int64, error) {
 	m := s.q.messages
+	wTopic := strings.ReplaceAll(topicFilter, "topic", "w.topic")
+	// The window's last seq: none when the window is not full (every
+	// due PENDING ordered message is in it).
+	budget := min(max(4*limit, 1000), 20000)
+	var windowEnd int64
+	full := true
+	args := append(append([]any{nowS}, topicArgs...), budget-1)
+	err := tx.QueryRowContext(ctx, `SELECT w.seq FROM `+m+` w FORCE INDEX (`+s.env.Prefix+`messages_head)
+		WHERE w.status = 'PENDING' AND w.grp <> '' AND w.next_attempt_at <= ?`+wTopic+`
+		ORDER BY w.seq LIMIT 1 OFFSET ?`, args...).Scan(&windowEnd)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		full = false
+	case err != nil:
+		return nil, err
+	}
 	// Heads: due PENDING ordered messages with no earlier open message in
 	// their group (as of now; re-checked below once the run is locked).
 	// More heads than limit are read: a head another claimer holds yields
 	// nothing, and the claim goes on with the next.
-	args := append(append([]any{nowS}, topicArgs...), min(4*limit, limit+100))
-	rows, err := tx.QueryContext(ctx, `SELECT w.tenant, w.topic, w.grp, w.seq
-		FROM `+m+` w FORCE INDEX (`+s.env.Prefix+`messages_claim)
-		WHERE w.status = 'PENDING' AND w.grp <> '' AND w.next_attempt_at <= ?`+strings.ReplaceAll(topicFilter, "topic", "w.topic")+
-		adminsql.NotPaused(s.PausesTable(), "w.")+`
-			AND NOT EXISTS (
-				SELECT 1 FROM `+m+` b FORCE INDEX (`+s.env.Prefix+`messages_group_status)
-				WHERE b.tenant = w.tenant AND b.topic = w.topic AND b.grp = w.grp
-					AND b.status IN ('PENDING', 'PROCESSING', 'FAILED') AND b.seq < w.seq
-					AND (b.status <> 'FAILED' OR b.blocks_group))
+	window := ""
+	args = append([]any{nowS}, topicArgs...)
+	if full {
+		window = ` AND w.seq <= ?`
+		args = append(args, windowEnd)
+	}
+	args = append(args, min(4*limit, limit+100))
+	heads, err := s.queryHeads(ctx, tx, `SELECT w.tenant, w.topic, w.grp, w.seq
+		FROM `+m+` w FORCE INDEX (`+s.env.Prefix+`messages_head)
+		WHERE w.status = 'PENDING' AND w.grp <> '' AND w.next_attempt_at <= ?`+wTopic+window+
+		adminsql.NotPaused(s.PausesTable(), "w.")+s.noEarlierOpen("w")+`
 		ORDER BY w.seq LIMIT ?`, args...)
 	if err != nil {
 		return nil, err
 	}
+	out, err := s.lockRuns(ctx, tx, heads, nowS, limit, nil)
+	if err != nil || len(out) >= limit || !full {
+		return out, err
+	}
+	// The window was full and did not fill the claim: the groups whose
+	// first PENDING message lies beyond it, oldest first.
+	args = append(append([]any{}, topicArgs...), windowEnd, nowS, limit-len(out)+100)
+	more, err := s.queryHeads(ctx, tx, `SELECT w.tenant, w.topic, w.grp, w.seq
+		FROM (SELECT tenant, topic, grp, MIN(seq) AS seq
+			FROM `+m+` FORCE INDEX (`+s.env.Prefix+`messages_group_status)
+			WHERE status = 'PENDING' AND grp <> ''`+topicFilter+`
+			GROUP BY tenant, topic, grp) g
+		JOIN `+m+` w ON w.seq = g.seq
+		WHERE g.seq > ? AND w.next_attempt_at <= ?`+adminsql.NotPaused(s.PausesTable(), "w.")+s.noEarlierOpen("w")+`
+		ORDER BY g.seq LIMIT ?`, args...)
+	if err != nil {
+		return nil, err
+	}
+	return s.lockRuns(ctx, tx, more, nowS, limit, out)
+}
+
+// noEarlierOpen is the head condition on the message aliased w: no earlier
+// open message in its group (PENDING, PROCESSING, or a dead letter that
+// blocks its group).
+func (s *Store) noEarlierOpen(w string) string {
+	return `
+			AND NOT EXISTS (
+				SELECT 1 FROM ` + s.q.messages + ` b FORCE INDEX (` + s.env.Prefix + `messages_group_status)
+				WHERE b.tenant = ` + w + `.tenant AND b.topic = ` + w + `.topic AND b.grp = ` + w + `.grp
+					AND b.status IN ('PENDING', 'PROCESSING', 'FAILED') AND b.seq < ` + w + `.seq
+					AND (b.status <> 'FAILED' OR b.blocks_group))`
+}
+
+// queryHeads runs a query returning (tenant, topic, grp, seq) rows.
+func (s *Store) queryHeads(ctx context.Context, tx sqlstore.Querier, query string, args ...any) ([]head, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
 	var heads []head
 	for rows.Next() {
 		var h head
 		if err := rows.Scan(&h.k.Tenant, &h.k.Topic, &h.k.Grp, &h.seq); err != nil {
-			rows.Close()
 			return nil, err
 		}
 		heads = append(heads, h)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
+	return heads, rows.Err()
+}
+
+// lockRuns appends to out the runs of heads' groups, in heads' order, until
+// out holds limit seqs: at most Options.ClaimPerGroup per group at first,
+// then more of the runs cut there while there is room.
+func (s *Store) lockRuns(ctx context.Context, tx sqlstore.Querier, heads []head, nowS string, limit int, out []int64) ([]int64, error) {
 	var (
-		out    []int64
 		capped []int // indexes into heads of runs cut at perGroup
 		taken  = make([]int, len(heads))
 	)

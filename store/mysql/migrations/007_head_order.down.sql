@@ -1,0 +1,1 @@
+ALTER TABLE {{prefix}}messages DROP INDEX {{prefix}}messages_head;
