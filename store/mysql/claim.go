@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -194,84 +195,156 @@ func (s *Store) queryHeads(ctx context.Context, tx sqlstore.Querier, query strin
 	return heads, rows.Err()
 }
 
-// lockRuns appends to out the runs of heads' groups, in heads' order, until
-// out holds limit seqs: at most Options.ClaimPerGroup per group at first,
-// then more of the runs cut there while there is room.
+// lockRuns appends to out the claimable runs of heads' groups, taking
+// heads in order until out holds limit seqs: at most
+// Options.ClaimPerGroup messages per group at first, then more of the runs
+// cut there while there is room. Each round costs two statements whatever
+// the number of groups in it (see lockGroupRuns).
 func (s *Store) lockRuns(ctx context.Context, tx sqlstore.Querier, heads []head, nowS string, limit int, out []int64) ([]int64, error) {
-	var (
-		capped []int // indexes into heads of runs cut at perGroup
-		taken  = make([]int, len(heads))
-	)
-	for i, h := range heads {
-		if len(out) >= limit {
-			break
+	per := s.env.ClaimPerGroup
+	var capped []groupRun // runs cut at per, to extend
+	for i := 0; i < len(heads) && len(out) < limit; {
+		room := limit - len(out)
+		// Enough groups to fill the room if each gives a full run, and a
+		// few more for those another claimer holds.
+		k := min(len(heads)-i, (room+per-1)/per+8)
+		chunk := make([]groupRun, k)
+		for j, h := range heads[i : i+k] {
+			chunk[j] = groupRun{h: h, from: h.seq, n: min(per, room)}
 		}
-		n := min(s.env.ClaimPerGroup, limit-len(out))
-		seqs, err := s.lockRun(ctx, tx, h, nowS, n, 0)
-		if err != nil {
+		i += k
+		if err := s.lockGroupRuns(ctx, tx, chunk, nowS); err != nil {
 			return nil, err
 		}
-		out = append(out, seqs...)
-		taken[i] = len(seqs)
-		if len(seqs) == n {
-			capped = append(capped, i)
+		for _, r := range chunk {
+			out = append(out, r.run...)
+			if r.more {
+				capped = append(capped, r)
+			}
 		}
 	}
-	// Room left: extend the runs cut at perGroup, so that a deep backlog in
-	// a few groups still fills a claim.
-	for _, i := range capped {
-		if len(out) >= limit {
-			break
+	// Room left: extend the runs cut at per, so that a deep backlog in a
+	// few groups still fills a claim.
+	for len(capped) > 0 && len(out) < limit {
+		room := limit - len(out)
+		chunk := make([]groupRun, min(len(capped), (room+per-1)/per+8))
+		for j, r := range capped[:len(chunk)] {
+			chunk[j] = groupRun{h: r.h, from: r.run[len(r.run)-1] + 1, n: room}
 		}
-		seqs, err := s.lockRun(ctx, tx, heads[i], nowS, limit-len(out), taken[i])
-		if err != nil {
+		capped = capped[len(chunk):]
+		if err := s.lockGroupRuns(ctx, tx, chunk, nowS); err != nil {
 			return nil, err
 		}
-		out = append(out, seqs...)
+		for _, r := range chunk {
+			out = append(out, r.run...)
+		}
 	}
 	return out, nil
 }
 
-// lockRun locks up to n messages of h's group from its head on, skipping
-// the first skip open messages (locked by this transaction already), and
-// returns those that extend the group's claimable run.
-func (s *Store) lockRun(ctx context.Context, tx sqlstore.Querier, h head, nowS string, n, skip int) ([]int64, error) {
+// groupRun is one group's part of a claim: lockGroupRuns reads its open
+// messages from seq from on and sets run to the due PENDING messages it
+// locked from there, without a gap, at most n.
+type groupRun struct {
+	h    head
+	from int64
+	n    int
+	run  []int64
+	more bool // run has n messages and the group has more claimable
+}
+
+// lockGroupRuns fills in the runs of several groups in two statements. The
+// first reads each group's open messages (PENDING, PROCESSING, or a dead
+// letter that blocks its group) in sequence order from r.from on, as
+// committed now (READ COMMITTED): the candidates are the due PENDING ones
+// before the first that is not (PROCESSING, waiting for a retry, blocking),
+// at most r.n. The second locks every candidate of every group, skipping
+// rows other claimers hold and rows no longer PENDING and due; a group's
+// run is the prefix of its candidates that was locked, so a message
+// another claimer holds (or took since the read) ends the run before it.
+func (s *Store) lockGroupRuns(ctx context.Context, tx sqlstore.Querier, runs []groupRun, nowS string) error {
 	m := s.q.messages
-	// Lock the due PENDING messages of the group from the head on; rows
-	// other claimers hold are skipped (leaving gaps, found below).
-	locked, err := sqlstore.QuerySeqs(ctx, tx, `SELECT seq FROM `+m+` FORCE INDEX (`+s.env.Prefix+`messages_group_seq)
-		WHERE tenant = ? AND topic = ? AND grp = ? AND seq >= ?
-			AND status = 'PENDING' AND next_attempt_at <= ?
-		ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED`,
-		h.k.Tenant, h.k.Topic, h.k.Grp, h.seq, nowS, n+skip)
-	if err != nil || len(locked) == 0 {
-		return nil, err
+	var (
+		b    strings.Builder
+		args []any
+	)
+	for j, r := range runs {
+		if j > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		if len(runs) > 1 {
+			b.WriteByte('(')
+		}
+		b.WriteString(`SELECT ` + strconv.Itoa(j) + `, seq, status = 'PENDING' AND next_attempt_at <= ?
+			FROM ` + m + ` FORCE INDEX (` + s.env.Prefix + `messages_group_seq)
+			WHERE tenant = ? AND topic = ? AND grp = ? AND seq >= ?
+				AND status IN ('PENDING', 'PROCESSING', 'FAILED') AND (status <> 'FAILED' OR blocks_group)
+			ORDER BY seq LIMIT ?`)
+		if len(runs) > 1 {
+			b.WriteByte(')')
+		}
+		args = append(args, nowS, r.h.k.Tenant, r.h.k.Topic, r.h.k.Grp, r.from, r.n+1)
+	}
+	rows, err := tx.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return err
+	}
+	cands := make([][]int64, len(runs))
+	stopped := make([]bool, len(runs))
+	for rows.Next() {
+		var j int
+		var seq int64
+		var ok bool
+		if err := rows.Scan(&j, &seq, &ok); err != nil {
+			rows.Close()
+			return err
+		}
+		if j < 0 || j >= len(runs) {
+			continue
+		}
+		switch {
+		case stopped[j]:
+		case !ok:
+			stopped[j] = true
+		case len(cands[j]) == runs[j].n:
+			runs[j].more = true // the (n+1)th is claimable too
+			stopped[j] = true
+		default:
+			cands[j] = append(cands[j], seq)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var all []any
+	for _, c := range cands {
+		for _, q := range c {
+			all = append(all, q)
+		}
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	locked, err := sqlstore.QuerySeqs(ctx, tx, `SELECT seq FROM `+m+`
+		WHERE seq IN (`+sqlstore.Placeholders(len(all))+`) AND status = 'PENDING' AND next_attempt_at <= ?
+		FOR UPDATE SKIP LOCKED`, append(all, nowS)...)
+	if err != nil {
+		return err
 	}
 	mine := make(map[int64]bool, len(locked))
 	for _, q := range locked {
 		mine[q] = true
 	}
-	// The group's open messages in order, as committed now (READ
-	// COMMITTED): the run is the prefix this transaction locked. An earlier
-	// open message this claim does not hold (PROCESSING, not due, or locked
-	// by another claimer) ends it at once.
-	open, err := sqlstore.QuerySeqs(ctx, tx, `SELECT seq FROM `+m+` FORCE INDEX (`+s.env.Prefix+`messages_group_status)
-		WHERE tenant = ? AND topic = ? AND grp = ? AND seq <= ?
-			AND status IN ('PENDING', 'PROCESSING', 'FAILED') AND (status <> 'FAILED' OR blocks_group)
-		ORDER BY seq`,
-		h.k.Tenant, h.k.Topic, h.k.Grp, locked[len(locked)-1])
-	if err != nil {
-		return nil, err
-	}
-	var run []int64
-	for _, q := range open {
-		if !mine[q] {
-			break
+	for j, c := range cands {
+		n := 0
+		for n < len(c) && mine[c[n]] {
+			n++
 		}
-		run = append(run, q)
+		runs[j].run = c[:n]
+		if n < len(c) {
+			runs[j].more = false
+		}
 	}
-	if skip >= len(run) {
-		return nil, nil
-	}
-	return run[skip:], nil
+	return nil
 }
