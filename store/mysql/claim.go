@@ -207,7 +207,7 @@ func (s *Store) lockRuns(ctx context.Context, tx sqlstore.Querier, heads []head,
 		room := limit - len(out)
 		// Enough groups to fill the room if each gives a full run, and a
 		// few more for those another claimer holds.
-		k := min(len(heads)-i, (room+per-1)/per+8)
+		k := min(len(heads)-i, (room+per-1)/per+8, maxRoundGroups)
 		chunk := make([]groupRun, k)
 		for j, h := range heads[i : i+k] {
 			chunk[j] = groupRun{h: h, from: h.seq, n: min(per, room)}
@@ -227,7 +227,7 @@ func (s *Store) lockRuns(ctx context.Context, tx sqlstore.Querier, heads []head,
 	// few groups still fills a claim.
 	for len(capped) > 0 && len(out) < limit {
 		room := limit - len(out)
-		chunk := make([]groupRun, min(len(capped), (room+per-1)/per+8))
+		chunk := make([]groupRun, min(len(capped), (room+per-1)/per+8, maxRoundGroups))
 		for j, r := range capped[:len(chunk)] {
 			chunk[j] = groupRun{h: r.h, from: r.run[len(r.run)-1] + 1, n: room}
 		}
@@ -241,6 +241,10 @@ func (s *Store) lockRuns(ctx context.Context, tx sqlstore.Querier, heads []head,
 	}
 	return out, nil
 }
+
+// maxRoundGroups bounds the groups of one lockGroupRuns call (6 parameters
+// each, well under the protocol's 65,535 per statement).
+const maxRoundGroups = 1000
 
 // groupRun is one group's part of a claim: lockGroupRuns reads its open
 // messages from seq from on and sets run to the due PENDING messages it

@@ -130,3 +130,31 @@ func groupsOf(ms []outbox.Message) []string {
 	}
 	return out
 }
+
+// TestClaimManyGroupsInRounds: a claim that needs more groups than one
+// statement takes (1,000) locks them in several rounds and still returns
+// every group's head, in order.
+func TestClaimManyGroupsInRounds(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t, mysql.Options{ClaimPerGroup: 1})
+	enqueueGroups(t, st, 5000, 2500) // two messages in each of 2,500 groups
+	got, err := st.MessageClaim(context.Background(), outbox.MessageClaimParams{Limit: 3000, Owner: "p", Topics: []string{"bench"}, Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2,500 heads, then the room left goes to second messages of the
+	// first groups (runs extended past ClaimPerGroup).
+	if len(got) != 3000 {
+		t.Fatalf("claimed %d, want 3000", len(got))
+	}
+	seen := map[string]int{}
+	for i, m := range got {
+		if i > 0 && m.Seq <= got[i-1].Seq {
+			t.Fatalf("claim not in sequence order at %d", i)
+		}
+		seen[m.Group]++
+	}
+	if len(seen) != 2500 {
+		t.Fatalf("claimed messages of %d groups, want every one of 2,500", len(seen))
+	}
+}
