@@ -126,32 +126,53 @@ func (s *Store) claimGroups(ctx context.Context, tx sqlstore.Querier, nowS, topi
 		return nil, err
 	}
 	// Heads: due PENDING ordered messages with no earlier open message in
-	// their group (as of now; re-checked below once the run is locked).
-	// More heads than limit are read: a head another claimer holds yields
-	// nothing, and the claim goes on with the next.
+	// their group (as of now; re-checked once the run is locked), read a
+	// page at a time: twice the groups that would fill the room with full
+	// runs (a head another claimer holds yields nothing, and the claim goes
+	// on with the next), from the window's oldest on.
 	window := ""
-	args = append([]any{nowS}, topicArgs...)
 	if full {
 		window = ` AND w.seq <= ?`
-		args = append(args, windowEnd)
 	}
-	args = append(args, min(4*limit, limit+100))
-	heads, err := s.queryHeads(ctx, tx, `SELECT w.tenant, w.topic, w.grp, w.seq
-		FROM `+m+` w FORCE INDEX (`+s.env.Prefix+`messages_head)
-		WHERE w.status = 'PENDING' AND w.grp <> '' AND w.next_attempt_at <= ?`+wTopic+window+
-		adminsql.NotPaused(s.PausesTable(), "w.")+s.noEarlierOpen("w")+`
-		ORDER BY w.seq LIMIT ?`, args...)
-	if err != nil {
-		return nil, err
+	headsSQL := `SELECT w.tenant, w.topic, w.grp, w.seq
+		FROM ` + m + ` w FORCE INDEX (` + s.env.Prefix + `messages_head)
+		WHERE w.status = 'PENDING' AND w.grp <> '' AND w.next_attempt_at <= ?` + wTopic + ` AND w.seq > ?` + window +
+		adminsql.NotPaused(s.PausesTable(), "w.") + s.noEarlierOpen("w") + `
+		ORDER BY w.seq LIMIT ?`
+	per := s.env.ClaimPerGroup
+	var (
+		out    []int64
+		capped []groupRun
+		after  int64
+	)
+	for len(out) < limit {
+		page := min(2*((limit-len(out)+per-1)/per+8), maxRoundGroups)
+		args := append(append([]any{nowS}, topicArgs...), after)
+		if full {
+			args = append(args, windowEnd)
+		}
+		heads, err := s.queryHeads(ctx, tx, headsSQL, append(args, page)...)
+		if err != nil {
+			return nil, err
+		}
+		if len(heads) == 0 {
+			break
+		}
+		var c []groupRun
+		if out, c, err = s.lockRuns(ctx, tx, heads, nowS, limit, out); err != nil {
+			return nil, err
+		}
+		capped = append(capped, c...)
+		after = heads[len(heads)-1].seq
+		if len(heads) < page {
+			break
+		}
 	}
-	out, err := s.lockRuns(ctx, tx, heads, nowS, limit, nil)
-	if err != nil || len(out) >= limit || !full {
-		return out, err
-	}
-	// The window was full and did not fill the claim: the groups whose
-	// first PENDING message lies beyond it, oldest first.
-	args = append(append([]any{}, topicArgs...), windowEnd, nowS, limit-len(out)+100)
-	more, err := s.queryHeads(ctx, tx, `SELECT w.tenant, w.topic, w.grp, w.seq
+	if len(out) < limit && full {
+		// The window was full and did not fill the claim: the groups
+		// whose first PENDING message lies beyond it, oldest first.
+		args := append(append([]any{}, topicArgs...), windowEnd, nowS, limit-len(out)+100)
+		more, err := s.queryHeads(ctx, tx, `SELECT w.tenant, w.topic, w.grp, w.seq
 		FROM (SELECT tenant, topic, grp, MIN(seq) AS seq
 			FROM `+m+` FORCE INDEX (`+s.env.Prefix+`messages_group_status)
 			WHERE status = 'PENDING' AND grp <> ''`+topicFilter+`
@@ -159,10 +180,16 @@ func (s *Store) claimGroups(ctx context.Context, tx sqlstore.Querier, nowS, topi
 		JOIN `+m+` w ON w.seq = g.seq
 		WHERE g.seq > ? AND w.next_attempt_at <= ?`+adminsql.NotPaused(s.PausesTable(), "w.")+s.noEarlierOpen("w")+`
 		ORDER BY g.seq LIMIT ?`, args...)
-	if err != nil {
-		return nil, err
+		if err != nil {
+			return nil, err
+		}
+		var c []groupRun
+		if out, c, err = s.lockRuns(ctx, tx, more, nowS, limit, out); err != nil {
+			return nil, err
+		}
+		capped = append(capped, c...)
 	}
-	return s.lockRuns(ctx, tx, more, nowS, limit, out)
+	return s.extendRuns(ctx, tx, capped, nowS, limit, out)
 }
 
 // noEarlierOpen is the head condition on the message aliased w: no earlier
@@ -196,13 +223,13 @@ func (s *Store) queryHeads(ctx context.Context, tx sqlstore.Querier, query strin
 }
 
 // lockRuns appends to out the claimable runs of heads' groups, taking
-// heads in order until out holds limit seqs: at most
-// Options.ClaimPerGroup messages per group at first, then more of the runs
-// cut there while there is room. Each round costs two statements whatever
-// the number of groups in it (see lockGroupRuns).
-func (s *Store) lockRuns(ctx context.Context, tx sqlstore.Querier, heads []head, nowS string, limit int, out []int64) ([]int64, error) {
+// heads in order until out holds limit seqs, at most Options.ClaimPerGroup
+// messages per group; it returns the runs cut there that could go on (see
+// extendRuns). Each round costs two statements whatever the number of
+// groups in it (see lockGroupRuns).
+func (s *Store) lockRuns(ctx context.Context, tx sqlstore.Querier, heads []head, nowS string, limit int, out []int64) ([]int64, []groupRun, error) {
 	per := s.env.ClaimPerGroup
-	var capped []groupRun // runs cut at per, to extend
+	var capped []groupRun
 	for i := 0; i < len(heads) && len(out) < limit; {
 		room := limit - len(out)
 		// Enough groups to fill the room if each gives a full run, and a
@@ -214,7 +241,7 @@ func (s *Store) lockRuns(ctx context.Context, tx sqlstore.Querier, heads []head,
 		}
 		i += k
 		if err := s.lockGroupRuns(ctx, tx, chunk, nowS); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, r := range chunk {
 			out = append(out, r.run...)
@@ -223,8 +250,14 @@ func (s *Store) lockRuns(ctx context.Context, tx sqlstore.Querier, heads []head,
 			}
 		}
 	}
-	// Room left: extend the runs cut at per, so that a deep backlog in a
-	// few groups still fills a claim.
+	return out, capped, nil
+}
+
+// extendRuns uses the room left in a claim to extend the runs cut at
+// Options.ClaimPerGroup, in order, so that a deep backlog in a few groups
+// still fills a claim.
+func (s *Store) extendRuns(ctx context.Context, tx sqlstore.Querier, capped []groupRun, nowS string, limit int, out []int64) ([]int64, error) {
+	per := s.env.ClaimPerGroup
 	for len(capped) > 0 && len(out) < limit {
 		room := limit - len(out)
 		chunk := make([]groupRun, min(len(capped), (room+per-1)/per+8, maxRoundGroups))
