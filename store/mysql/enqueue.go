@@ -11,8 +11,10 @@ import (
 )
 
 // insert locks the ordered groups of msgs (in key order, so one batch never
-// deadlocks with another) and inserts the messages one by one. A message
-// whose (tenant, idempotency_key) exists is read back.
+// deadlocks with another) and inserts the messages: in multi-row
+// statements when there are several and every ID was generated for this
+// call (insertBatch), one by one otherwise. A message whose (tenant, idempotency_key) exists is
+// read back.
 //
 // Enqueueing into an ordered group (Group != "") first locks the group's row
 // in the groups table until the transaction ends: a second transaction
@@ -33,10 +35,21 @@ func (s *Store) insert(ctx context.Context, q sqlstore.Querier, msgs []outbox.Me
 		}
 	}
 	sort.Slice(groups, func(i, j int) bool { return groups[i].Less(groups[j]) })
-	for _, k := range groups {
-		if _, err := q.ExecContext(ctx, s.q.lockGroup, k.Tenant, k.Topic, k.Grp); err != nil {
-			return nil, fmt.Errorf("lock group %q: %w", k.Grp, err)
+	// One statement per 1,000 groups: InnoDB takes the rows' locks in the
+	// order of the VALUES list, so the key order holds.
+	for len(groups) > 0 {
+		chunk := groups[:min(len(groups), 1000)]
+		groups = groups[len(chunk):]
+		args := make([]any, 0, 3*len(chunk))
+		for _, k := range chunk {
+			args = append(args, k.Tenant, k.Topic, k.Grp)
 		}
+		if _, err := q.ExecContext(ctx, s.q.lockGroups(len(chunk)), args...); err != nil {
+			return nil, fmt.Errorf("lock groups: %w", err)
+		}
+	}
+	if len(msgs) > 1 && generatedIDs(msgs) {
+		return s.insertBatch(ctx, q, msgs)
 	}
 	out := make([]outbox.Enqueued, 0, len(msgs))
 	for i, m := range msgs {
@@ -73,6 +86,94 @@ func (s *Store) insert(ctx context.Context, q sqlstore.Querier, msgs []outbox.Me
 			return nil, err
 		}
 		out = append(out, orig)
+	}
+	return out, nil
+}
+
+// generatedIDs reports that every message of msgs has an ID generated for
+// this call (outbox.Message.IDGenerated): no stored message can have it, so
+// a message that inserts nothing repeats a stored (tenant, key).
+func generatedIDs(msgs []outbox.Message) bool {
+	for i := range msgs {
+		if !msgs[i].IDGenerated() {
+			return false
+		}
+	}
+	return true
+}
+
+// Batches of insertBatch: at most batchRows rows (12 parameters each, under
+// the protocol's 65,535 per statement) and about batchBytes of payload
+// (max_allowed_packet is 16 MiB on MariaDB, 64 MiB on MySQL 8 by default);
+// a larger message goes alone.
+const (
+	batchRows  = 1000
+	batchBytes = 4 << 20
+)
+
+// insertBatch inserts msgs, whose IDs were all generated for this call, in
+// multi-row statements (in order, so a group's messages get increasing
+// seqs in the call's order), then reads the seqs of the rows it inserted
+// by ID: InnoDB's interleaved auto-increment mode (MySQL 8's default) does
+// not promise consecutive values within a statement. A message whose ID is
+// not found inserted nothing: its (tenant, idempotency_key) is stored, or
+// repeats an earlier message of the call, and the original is read back.
+func (s *Store) insertBatch(ctx context.Context, q sqlstore.Querier, msgs []outbox.Message) ([]outbox.Enqueued, error) {
+	out := make([]outbox.Enqueued, len(msgs))
+	for start := 0; start < len(msgs); {
+		end, size := start, 0
+		for end < len(msgs) && end-start < batchRows && (end == start || size+len(msgs[end].Payload) <= batchBytes) {
+			size += len(msgs[end].Payload)
+			end++
+		}
+		chunk := msgs[start:end]
+		args := make([]any, 0, 12*len(chunk))
+		ids := make([]any, len(chunk))
+		for i := range chunk {
+			m := &chunk[i]
+			var headers any
+			if len(m.Headers) > 0 {
+				b, _ := json.Marshal(m.Headers) // checked by prepare
+				headers = b
+			}
+			args = append(args, m.ID, m.Tenant, m.Topic, m.Group, m.IdempotencyKey, sqlstore.PayloadArg(m), m.ContentType, headers,
+				m.MaxAttempts, ts(m.NextAttemptAt), ts(m.CreatedAt), ts(m.UpdatedAt))
+			ids[i] = m.ID
+		}
+		if _, err := q.ExecContext(ctx, s.q.insertRows(len(chunk)), args...); err != nil {
+			return nil, fmt.Errorf("messages %d-%d: %w", start, end-1, err)
+		}
+		seqs := make(map[string]int64, len(chunk))
+		rows, err := q.QueryContext(ctx, `SELECT id, seq FROM `+s.q.messages+` WHERE id IN (`+sqlstore.Placeholders(len(ids))+`)`, ids...)
+		if err != nil {
+			return nil, fmt.Errorf("messages %d-%d: read seqs: %w", start, end-1, err)
+		}
+		for rows.Next() {
+			var id string
+			var seq int64
+			if err := rows.Scan(&id, &seq); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("messages %d-%d: read seqs: %w", start, end-1, err)
+			}
+			seqs[id] = seq
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("messages %d-%d: read seqs: %w", start, end-1, err)
+		}
+		for i, m := range chunk {
+			if seq, ok := seqs[m.ID]; ok {
+				m.Seq = seq
+				out[start+i] = outbox.Enqueued{Message: m}
+				continue
+			}
+			orig, err := sqlstore.Original(ctx, q, s.q.selectByKey, start+i, m)
+			if err != nil {
+				return nil, err
+			}
+			out[start+i] = orig
+		}
+		start = end
 	}
 	return out, nil
 }

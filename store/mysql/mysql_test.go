@@ -11,7 +11,7 @@ import (
 )
 
 // newStore returns a migrated store on a fresh database.
-func newStore(t *testing.T, opts mysql.Options) (*mysql.Store, testbackend.MySQLDatabase) {
+func newStore(t testing.TB, opts mysql.Options) (*mysql.Store, testbackend.MySQLDatabase) {
 	t.Helper()
 	d := testbackend.MySQL(t, 10)
 	st, err := mysql.New(d.DB, opts)

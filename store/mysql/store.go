@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -176,7 +177,42 @@ func ts(t time.Time) string { return t.UTC().Format(dbTimeLayout) }
 type queries struct {
 	messages, attempts, groups string
 
-	insert, lockGroup, selectByKey string
+	insert, selectByKey string
+}
+
+// lockGroups returns the statement that locks n group rows (creating
+// them), in the order of its VALUES list.
+func (q queries) lockGroups(n int) string {
+	return `INSERT INTO ` + q.groups + ` (tenant, topic, grp) VALUES ` + rowMarks(n, 3) + `
+		ON DUPLICATE KEY UPDATE grp = grp`
+}
+
+// insertRows returns q.insert for n rows.
+func (q queries) insertRows(n int) string {
+	if n == 1 {
+		return q.insert
+	}
+	return strings.Replace(q.insert, insertRow, rowMarks(n, 12, insertRow), 1)
+}
+
+// insertRow is the VALUES row of q.insert.
+const insertRow = `(?, ?, ?, ?, ?, ?, ?, ?, 'PENDING', 0, ?, ?, ?, ?)`
+
+// rowMarks returns n rows of k placeholders, "(?, ?), (?, ?)", or n copies
+// of row when given.
+func rowMarks(n, k int, row ...string) string {
+	r := "(" + sqlstore.Placeholders(k) + ")"
+	if len(row) > 0 {
+		r = row[0]
+	}
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(r)
+	}
+	return b.String()
 }
 
 func newQueries(prefix string) queries {
@@ -187,10 +223,8 @@ func newQueries(prefix string) queries {
 	// caller's transaction goes on.
 	q.insert = `INSERT INTO ` + m + ` (id, tenant, topic, grp, idempotency_key, payload, content_type, headers, status,
 		attempts, max_attempts, next_attempt_at, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'PENDING', 0, ?, ?, ?, ?)
+		VALUES ` + insertRow + `
 		ON DUPLICATE KEY UPDATE id = id`
-	q.lockGroup = `INSERT INTO ` + q.groups + ` (tenant, topic, grp) VALUES (?, ?, ?)
-		ON DUPLICATE KEY UPDATE grp = grp`
 	// A locking read sees the newest committed row whatever the caller's
 	// isolation level (a REPEATABLE READ snapshot may predate it).
 	q.selectByKey = `SELECT ` + sqlstore.MessageCols + ` FROM ` + m + ` WHERE tenant = ? AND idempotency_key = ? LOCK IN SHARE MODE`
