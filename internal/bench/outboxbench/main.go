@@ -156,7 +156,11 @@ func main() {
 	}
 	var rows []row
 	add := func(r row) {
-		log.Printf("%s: %s (ceiling %s)", r.name, r.value, r.ceiling)
+		if r.ceiling == "" || r.ceiling == "–" {
+			log.Printf("%s: %s", r.name, r.value)
+		} else {
+			log.Printf("%s: %s (ceiling %s)", r.name, r.value, r.ceiling)
+		}
 		rows = append(rows, r)
 	}
 	// Each throughput figure is the median of c.rounds runs, each run of
