@@ -164,7 +164,7 @@ func (o *Outbox[TTx]) prepare(ctx context.Context, msgs []Message) (MessageEnque
 		}
 		out[i] = m
 	}
-	return MessageEnqueueParams{Messages: out, Now: now, Prepared: true, MaxPayloadBytes: o.maxPayload}, nil
+	return MessageEnqueueParams{Messages: out, Now: now, Prepared: true, MaxPayloadBytes: o.maxPayload, owned: true}, nil
 }
 
 func (o *Outbox[TTx]) finish(ctx context.Context, res []Enqueued, err error) ([]Enqueued, error) {

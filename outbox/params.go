@@ -210,8 +210,13 @@ func (p MessageEnqueueParams) Prepare(now time.Time, precision time.Duration) ([
 // with a *PayloadTooLargeError (StoreCeiling set) whether or not the
 // messages were prepared already. A ceiling of 0 means none.
 func (p MessageEnqueueParams) PrepareWithin(now time.Time, precision time.Duration, ceiling int) ([]Message, error) {
-	out := make([]Message, len(p.Messages))
-	ids := make(map[string]int, len(p.Messages))
+	out := p.Messages
+	if !p.owned || !p.Prepared {
+		out = make([]Message, len(p.Messages))
+	}
+	// IDs generated for this call are unique (a monotonic generator);
+	// only the caller's are checked for repeats.
+	var ids map[string]int
 	limit := p.MaxPayloadBytes
 	if limit <= 0 {
 		limit = DefaultMaxPayloadBytes
@@ -229,10 +234,15 @@ func (p MessageEnqueueParams) PrepareWithin(now time.Time, precision time.Durati
 		m.CreatedAt = m.CreatedAt.UTC().Truncate(precision)
 		m.UpdatedAt = m.UpdatedAt.UTC().Truncate(precision)
 		m.NextAttemptAt = m.NextAttemptAt.UTC().Truncate(precision)
-		if j, dup := ids[m.ID]; dup {
-			return nil, fmt.Errorf("message %d: %w", i, invalid("ID", fmt.Sprintf("repeats the ID of message %d", j)))
+		if !m.IDGenerated() {
+			if j, dup := ids[m.ID]; dup {
+				return nil, fmt.Errorf("message %d: %w", i, invalid("ID", fmt.Sprintf("repeats the ID of message %d", j)))
+			}
+			if ids == nil {
+				ids = make(map[string]int)
+			}
+			ids[m.ID] = i
 		}
-		ids[m.ID] = i
 		out[i] = m
 	}
 	return out, nil

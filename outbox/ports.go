@@ -167,6 +167,10 @@ type MessageEnqueueParams struct {
 	// prepared yet; 0 means DefaultMaxPayloadBytes. Outbox sets it to its
 	// Options.MaxPayloadBytes.
 	MaxPayloadBytes int
+
+	// owned: Messages was made by Outbox for this call, so PrepareWithin
+	// may finish the messages in place instead of copying them.
+	owned bool
 }
 
 // OutcomeKind says what a publish attempt led to, and so what MessageFinish

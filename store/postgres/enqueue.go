@@ -170,8 +170,9 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 	n := len(msgs)
 	var (
 		ids, tenants, topics, groups, keys, types = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		payloads, headers                         = make([]*string, n), make([]*string, n)
-		binary                                    = make([][]byte, n)
+		// The payloads and headers go as they are (text, or NULL when
+		// nil), without a copy: they are encoded before this call returns.
+		payloads, headers, binary = make([][]byte, n), make([][]byte, n), make([][]byte, n)
 		maxAttempts                               = make([]int32, n)
 		next                                      = make([]time.Time, n)
 	)
@@ -183,18 +184,19 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		// the column not used).
 		types[i] = m.ContentType
 		if m.IsJSON() {
-			p := string(m.Payload)
-			payloads[i] = &p
+			payloads[i] = m.Payload
 		} else {
-			binary[i] = append([]byte{}, m.Payload...)
+			binary[i] = m.Payload
+			if binary[i] == nil {
+				binary[i] = []byte{}
+			}
 		}
 		if len(m.Headers) > 0 {
 			b, err := json.Marshal(m.Headers)
 			if err != nil {
 				return nil, fmt.Errorf("message %d: %w", i, outbox.InvalidParam("Headers", err.Error()))
 			}
-			h := string(b)
-			headers[i] = &h
+			headers[i] = b
 		}
 		maxAttempts[i] = int32(m.MaxAttempts) //nolint:gosec // validated <= MaxAttemptsLimit
 		next[i] = m.NextAttemptAt
