@@ -173,8 +173,8 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		// The payloads and headers go as they are (text, or NULL when
 		// nil), without a copy: they are encoded before this call returns.
 		payloads, headers, binary = make([][]byte, n), make([][]byte, n), make([][]byte, n)
-		maxAttempts                               = make([]int32, n)
-		next                                      = make([]time.Time, n)
+		maxAttempts               = make([]int32, n)
+		next                      = make([]time.Time, n)
 	)
 	for i := range msgs {
 		m := &msgs[i]
