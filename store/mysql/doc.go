@@ -25,11 +25,15 @@
 //
 // Enqueue is idempotent per (Tenant, IdempotencyKey) without aborting the
 // caller's transaction (INSERT ... ON DUPLICATE KEY UPDATE, then the
-// original is read back). Enqueueing into an ordered group locks the group's
+// original is read back); several messages with generated IDs go in
+// multi-row statements. Enqueueing into an ordered group locks the group's
 // row in the <prefix>groups table until the transaction ends, so a group's
 // messages commit in sequence order. Claims use SELECT ... FOR UPDATE SKIP
 // LOCKED in READ COMMITTED transactions and keep FIFO per (tenant, topic,
-// group) across any number of processors. Outcomes are recorded in batches,
+// group) across any number of processors. A claim looks for group heads in
+// a bounded window of the oldest due messages (index messages_head,
+// migration 7), and past it group by group only when the window's groups
+// are blocked, so its cost does not grow with the backlog. Outcomes are recorded in batches,
 // fenced by the lease. Store-owned transactions chosen as deadlock victims
 // are retried.
 //
