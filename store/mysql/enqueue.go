@@ -143,27 +143,34 @@ func (s *Store) insertBatch(ctx context.Context, q sqlstore.Querier, msgs []outb
 		if _, err := q.ExecContext(ctx, s.q.insertRows(len(chunk)), args...); err != nil {
 			return nil, fmt.Errorf("messages %d-%d: %w", start, end-1, err)
 		}
-		seqs := make(map[string]int64, len(chunk))
-		rows, err := q.QueryContext(ctx, `SELECT id, seq FROM `+s.q.messages+` WHERE id IN (`+sqlstore.Placeholders(len(ids))+`)`, ids...)
+		// A row found by ID is this call's only with the message's tenant
+		// and key: a stored message with the same ID (a generated ID
+		// colliding, which no generator run should produce) is not.
+		type stored struct {
+			seq         int64
+			tenant, key string
+		}
+		seqs := make(map[string]stored, len(chunk))
+		rows, err := q.QueryContext(ctx, `SELECT id, seq, tenant, idempotency_key FROM `+s.q.messages+` WHERE id IN (`+sqlstore.Placeholders(len(ids))+`)`, ids...)
 		if err != nil {
 			return nil, fmt.Errorf("messages %d-%d: read seqs: %w", start, end-1, err)
 		}
 		for rows.Next() {
 			var id string
-			var seq int64
-			if err := rows.Scan(&id, &seq); err != nil {
+			var r stored
+			if err := rows.Scan(&id, &r.seq, &r.tenant, &r.key); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("messages %d-%d: read seqs: %w", start, end-1, err)
 			}
-			seqs[id] = seq
+			seqs[id] = r
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("messages %d-%d: read seqs: %w", start, end-1, err)
 		}
 		for i, m := range chunk {
-			if seq, ok := seqs[m.ID]; ok {
-				m.Seq = seq
+			if r, ok := seqs[m.ID]; ok && r.tenant == m.Tenant && r.key == m.IdempotencyKey {
+				m.Seq = r.seq
 				out[start+i] = outbox.Enqueued{Message: m}
 				continue
 			}
