@@ -363,7 +363,11 @@ func (s *Store) lockGroupRuns(ctx context.Context, tx sqlstore.Querier, runs []g
 	if len(all) == 0 {
 		return nil
 	}
-	locked, err := sqlstore.QuerySeqs(ctx, tx, `SELECT seq FROM `+m+`
+	// Through the primary key only: a locking read through a secondary
+	// index also locks that index's records, and a row skipped there (held
+	// by another claimer) leaves its record locked, which that claimer's
+	// UPDATE then waits for (a deadlock seen with messages_head).
+	locked, err := sqlstore.QuerySeqs(ctx, tx, `SELECT seq FROM `+m+` FORCE INDEX (PRIMARY)
 		WHERE seq IN (`+sqlstore.Placeholders(len(all))+`) AND status = 'PENDING' AND next_attempt_at <= ?
 		FOR UPDATE SKIP LOCKED`, append(all, nowS)...)
 	if err != nil {
