@@ -52,13 +52,30 @@ func (s *Store) claimTx(ctx context.Context, tx sqlstore.Querier, p outbox.Messa
 			topicArgs = append(topicArgs, t)
 		}
 	}
-	// Unordered messages: the oldest due ones not locked by another claimer.
-	args := append(append([]any{nowS}, topicArgs...), p.Limit)
-	seqs, err := sqlstore.QuerySeqs(ctx, tx, `SELECT seq FROM `+m+` FORCE INDEX (`+s.env.Prefix+`messages_claim)
+	// Unordered messages: the oldest due ones not locked by another
+	// claimer. They are read from messages_claim without locking (twice
+	// Limit, for those other claimers hold) and locked through the primary
+	// key (see lockGroupRuns: a locking read through a secondary index
+	// keeps that index's records of skipped rows locked).
+	args := append(append([]any{nowS}, topicArgs...), 2*p.Limit)
+	cands, err := sqlstore.QuerySeqs(ctx, tx, `SELECT seq FROM `+m+` FORCE INDEX (`+s.env.Prefix+`messages_claim)
 		WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= ?`+topicFilter+adminsql.NotPaused(s.PausesTable(), "")+`
-		ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED`, args...)
+		ORDER BY seq LIMIT ?`, args...)
 	if err != nil {
 		return nil, err
+	}
+	var seqs []int64
+	if len(cands) > 0 {
+		args = make([]any, 0, len(cands)+2)
+		for _, q := range cands {
+			args = append(args, q)
+		}
+		seqs, err = sqlstore.QuerySeqs(ctx, tx, `SELECT seq FROM `+m+` FORCE INDEX (PRIMARY)
+		WHERE seq IN (`+sqlstore.Placeholders(len(cands))+`) AND status = 'PENDING' AND next_attempt_at <= ?
+		ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED`, append(args, nowS, p.Limit)...)
+		if err != nil {
+			return nil, err
+		}
 	}
 	ordered, err := s.claimGroups(ctx, tx, nowS, topicFilter, topicArgs, p.Limit)
 	if err != nil {
