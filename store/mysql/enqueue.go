@@ -13,8 +13,8 @@ import (
 // insert locks the ordered groups of msgs (in key order, so one batch never
 // deadlocks with another) and inserts the messages: in multi-row
 // statements when there are several and every ID was generated for this
-// call (insertBatch), one by one otherwise. A message whose (tenant, idempotency_key) exists is
-// read back.
+// call (insertBatch), one by one otherwise. A message whose (tenant,
+// idempotency_key) exists is read back.
 //
 // Enqueueing into an ordered group (Group != "") first locks the group's row
 // in the groups table until the transaction ends: a second transaction
@@ -53,14 +53,7 @@ func (s *Store) insert(ctx context.Context, q sqlstore.Querier, msgs []outbox.Me
 	}
 	out := make([]outbox.Enqueued, 0, len(msgs))
 	for i, m := range msgs {
-		var headers any
-		if len(m.Headers) > 0 {
-			b, _ := json.Marshal(m.Headers) // checked by prepare
-			headers = b
-		}
-		res, err := q.ExecContext(ctx, s.q.insert,
-			m.ID, m.Tenant, m.Topic, m.Group, m.IdempotencyKey, sqlstore.PayloadArg(&m), m.ContentType, headers,
-			m.MaxAttempts, ts(m.NextAttemptAt), ts(m.CreatedAt), ts(m.UpdatedAt))
+		res, err := q.ExecContext(ctx, s.q.insert, insertArgs(nil, &m)...)
 		if err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
@@ -88,6 +81,17 @@ func (s *Store) insert(ctx context.Context, q sqlstore.Querier, msgs []outbox.Me
 		out = append(out, orig)
 	}
 	return out, nil
+}
+
+// insertArgs appends to args the 12 values of m's row in q.insert.
+func insertArgs(args []any, m *outbox.Message) []any {
+	var headers any
+	if len(m.Headers) > 0 {
+		b, _ := json.Marshal(m.Headers) // checked by prepare
+		headers = b
+	}
+	return append(args, m.ID, m.Tenant, m.Topic, m.Group, m.IdempotencyKey, sqlstore.PayloadArg(m), m.ContentType, headers,
+		m.MaxAttempts, ts(m.NextAttemptAt), ts(m.CreatedAt), ts(m.UpdatedAt))
 }
 
 // generatedIDs reports that every message of msgs has an ID generated for
@@ -130,15 +134,8 @@ func (s *Store) insertBatch(ctx context.Context, q sqlstore.Querier, msgs []outb
 		args := make([]any, 0, 12*len(chunk))
 		ids := make([]any, len(chunk))
 		for i := range chunk {
-			m := &chunk[i]
-			var headers any
-			if len(m.Headers) > 0 {
-				b, _ := json.Marshal(m.Headers) // checked by prepare
-				headers = b
-			}
-			args = append(args, m.ID, m.Tenant, m.Topic, m.Group, m.IdempotencyKey, sqlstore.PayloadArg(m), m.ContentType, headers,
-				m.MaxAttempts, ts(m.NextAttemptAt), ts(m.CreatedAt), ts(m.UpdatedAt))
-			ids[i] = m.ID
+			args = insertArgs(args, &chunk[i])
+			ids[i] = chunk[i].ID
 		}
 		if _, err := q.ExecContext(ctx, s.q.insertRows(len(chunk)), args...); err != nil {
 			return nil, fmt.Errorf("messages %d-%d: %w", start, end-1, err)

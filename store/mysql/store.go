@@ -183,7 +183,7 @@ type queries struct {
 // lockGroups returns the statement that locks n group rows (creating
 // them), in the order of its VALUES list.
 func (q queries) lockGroups(n int) string {
-	return `INSERT INTO ` + q.groups + ` (tenant, topic, grp) VALUES ` + rowMarks(n, 3) + `
+	return `INSERT INTO ` + q.groups + ` (tenant, topic, grp) VALUES ` + rowMarks(n, "(?, ?, ?)") + `
 		ON DUPLICATE KEY UPDATE grp = grp`
 }
 
@@ -192,25 +192,20 @@ func (q queries) insertRows(n int) string {
 	if n == 1 {
 		return q.insert
 	}
-	return strings.Replace(q.insert, insertRow, rowMarks(n, 12, insertRow), 1)
+	return strings.Replace(q.insert, insertRow, rowMarks(n, insertRow), 1)
 }
 
 // insertRow is the VALUES row of q.insert.
 const insertRow = `(?, ?, ?, ?, ?, ?, ?, ?, 'PENDING', 0, ?, ?, ?, ?)`
 
-// rowMarks returns n rows of k placeholders, "(?, ?), (?, ?)", or n copies
-// of row when given.
-func rowMarks(n, k int, row ...string) string {
-	r := "(" + sqlstore.Placeholders(k) + ")"
-	if len(row) > 0 {
-		r = row[0]
-	}
+// rowMarks returns n copies of row, comma-separated.
+func rowMarks(n int, row string) string {
 	var b strings.Builder
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(r)
+		b.WriteString(row)
 	}
 	return b.String()
 }
