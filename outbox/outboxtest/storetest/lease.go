@@ -79,13 +79,15 @@ func testLease[TTx any](t *testing.T, h Harness[TTx]) {
 		need(t, h, CapLeaseExtend)
 		e := setup(t, h)
 		groups := e.enqueueGroups("t", 3, 3)
-		log := &pubLog{delay: 7 * time.Second}
-		// Each publish takes 7 s against a 5 s lease (renewed every 1.25 s; a
-		// lease this long leaves room for slow claims on a loaded machine), and a second
+		log := &pubLog{delay: 12 * time.Second}
+		// Each publish takes 12 s against a 10 s lease (renewed every 2.5 s;
+		// a lease this long leaves room for slow claims and renewals on a
+		// loaded machine: with 5 s, a renewal delayed by over 3.75 s lost
+		// leases on FerretDB while the whole suite ran), and a second
 		// processor recovers expired leases every 50 ms: without the
 		// heartbeat every message would be recovered and published again.
 		stop := e.runProcessors(2, log.publisher(), outbox.Config{
-			PollInterval: 50 * time.Millisecond, ProcessingTimeout: 5 * time.Second, RecoveryInterval: 50 * time.Millisecond,
+			PollInterval: 50 * time.Millisecond, ProcessingTimeout: 10 * time.Second, RecoveryInterval: 50 * time.Millisecond,
 		})
 		e.waitFor(time.Minute, "every message sent", func(c map[outbox.Status]int64) bool { return c[outbox.StatusSent] == 3 })
 		stop()
