@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,8 +27,13 @@ func (s *Store) MessageSearch(ctx context.Context, p outbox.MessageSearchParams)
 	p.Filter = textFilter(p.Filter)
 	a := &adminsql.Args{Dollar: true}
 	w := append(adminsql.Filter(p.Filter, "", a, tsOf), "seq > "+a.Add(p.AfterSeq))
-	r, err := s.db.Query(ctx, `SELECT `+msgCols+` FROM `+s.messages+adminsql.Where(w)+
-		` ORDER BY seq LIMIT `+a.Add(p.Limit+1), a.Vals...)
+	w = slices.Clip(w)
+	// The rows not leased and the leased ones, merged by seq: the
+	// (tenant, seq) index leaves the leased ones out (see MessageList).
+	sel, lim := `SELECT `+msgCols+` FROM `+s.messages, ` ORDER BY seq LIMIT `+a.Add(p.Limit+1)
+	r, err := s.db.Query(ctx, `SELECT `+msgCols+` FROM ((`+
+		sel+adminsql.Where(append(w, "status <> 'PROCESSING'"))+lim+`) UNION ALL (`+
+		sel+adminsql.Where(append(w, "status = 'PROCESSING'"))+lim+`)) s`+lim, a.Vals...)
 	if err != nil {
 		return outbox.MessagePage{}, wrapErr("search", err)
 	}

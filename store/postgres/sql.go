@@ -362,6 +362,9 @@ ORDER BY u.seq`)
 )
 SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'FAILED'), min({ASYNC}) FROM upd`)
 
+	// The list's filters, the same in both of its parts.
+	const listFilter = ` AND ($3 = '' OR status = $3) AND ($4 = '' OR topic = $4) AND ($5 = '' OR grp = $5)
+		AND (NOT $7::boolean OR (status = 'FAILED' AND blocks_group))`
 	var enqueues [8]string
 	for v := range enqueues {
 		enqueues[v] = enqueue(v)
@@ -389,12 +392,28 @@ END$$`,
 		recover:             recoverSQL,
 		extend:              q(extendSQL),
 		get:                 q(`SELECT {COLS} FROM {T} WHERE tenant = $1 AND id = $2`),
-		list: q(`SELECT {COLS} FROM {T}
-WHERE tenant = $1 AND seq > $2 AND ($3 = '' OR status = $3) AND ($4 = '' OR topic = $4) AND ($5 = '' OR grp = $5)
-	AND (NOT $7::boolean OR (status = 'FAILED' AND blocks_group))
+		// A tenant's messages: the (tenant, seq) index holds every row but
+		// the leased ones (see migration 10), which the processing index
+		// holds; the two are merged by seq.
+		list: q(`SELECT {COLS} FROM (
+	(SELECT {COLS} FROM {T}
+	WHERE tenant = $1 AND seq > $2 AND status <> 'PROCESSING'` + listFilter + `
+	ORDER BY seq
+	LIMIT $6)
+	UNION ALL
+	(SELECT {COLS} FROM {T}
+	WHERE status = 'PROCESSING' AND tenant = $1 AND seq > $2` + listFilter + `
+	ORDER BY seq
+	LIMIT $6)
+) l
 ORDER BY seq
 LIMIT $6`),
-		count:    q(`SELECT status, count(*) FROM {T} WHERE tenant = $1 GROUP BY status`),
+		count: q(`SELECT status, count(*) FROM (
+	SELECT status FROM {T} WHERE tenant = $1 AND status <> 'PROCESSING'
+	UNION ALL
+	SELECT status FROM {T} WHERE status = 'PROCESSING' AND tenant = $1
+) c
+GROUP BY status`),
 		countAll: q(`SELECT status, count(*) FROM {T} GROUP BY status`),
 		// The attempts of a message, with a first-attempt success read from
 		// the message row (sent_* columns: see finishSQL) as attempt 1.

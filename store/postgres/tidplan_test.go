@@ -222,6 +222,12 @@ func TestEnqueuePlans(t *testing.T) {
 // i, keys keyExpr of i), analysed.
 func planTable(t *testing.T, opts Options, keyExpr string) (*Store, testbackend.PostgresSchema, context.Context) {
 	t.Helper()
+	return planTableAnalysed(t, opts, keyExpr, true)
+}
+
+// planTableAnalysed is planTable, with the table analysed or not.
+func planTableAnalysed(t *testing.T, opts Options, keyExpr string, analyse bool) (*Store, testbackend.PostgresSchema, context.Context) {
+	t.Helper()
 	pg := testbackend.Postgres(t, 2)
 	opts.Schema = pg.Name
 	s, err := New(pg.Pool, opts)
@@ -238,6 +244,9 @@ func planTable(t *testing.T, opts Options, keyExpr string) (*Store, testbackend.
 SELECT 'm' || i, 'default', 't', 'g' || (i % 100), `+keyExpr+`, 'PENDING', now() - interval '1 second', now(), now(), '{}'::json
 FROM generate_series(1, 5000) AS i`); err != nil {
 		t.Fatal(err)
+	}
+	if !analyse {
+		return s, pg, ctx
 	}
 	if _, err := pg.Pool.Exec(ctx, "ANALYZE "+s.messages); err != nil {
 		t.Fatal(err)
@@ -391,4 +400,31 @@ func oneConnStore(t *testing.T, opts Options) (*Store, testbackend.PostgresSchem
 		t.Fatal(err)
 	}
 	return s, pg, ctx
+}
+
+// TestListPlans: a tenant's listing and counts read the (tenant, seq) index
+// of the rows not leased and the lease index for the leased ones, never the
+// whole table, in the generic plan, on an analysed table and on one never
+// analysed (as a new table is until autovacuum gets to it).
+func TestListPlans(t *testing.T) {
+	for _, analysed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("analysed=%v", analysed), func(t *testing.T) {
+			s, pg, ctx := planTableAnalysed(t, Options{}, "'k' || i", analysed)
+			if _, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 100, Owner: "p", Now: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			generic := `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+			list := explainPrepared(t, ctx, pg.Pool, generic, s.sql.list, "default", int64(0), "", "", "", 101, false)
+			if strings.Contains(list, "Seq Scan on "+s.prefix+"messages") ||
+				!strings.Contains(list, s.prefix+"messages_tenant_seq_unleased") || !strings.Contains(list, s.prefix+"messages_processing") {
+				t.Errorf("list does not read the two indexes:\n%s", list)
+			}
+			// Counting every row of the table's one tenant may scan it; the
+			// leased rows are still read through the lease index.
+			count := explainPrepared(t, ctx, pg.Pool, generic, s.sql.count, "default")
+			if !strings.Contains(count, s.prefix+"messages_processing") {
+				t.Errorf("count does not read the leased rows through the lease index:\n%s", count)
+			}
+		})
+	}
 }

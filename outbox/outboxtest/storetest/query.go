@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -95,6 +96,41 @@ func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
 		}
 		_, err := e.s.MessageList(e.ctx, outbox.MessageListParams{Status: "QUEUED"})
 		wantErrIs(t, "MessageList with an unknown status", err, outbox.ErrInvalidInput)
+	})
+
+	t.Run("PaginationWithLeasedMessages", func(t *testing.T) {
+		// Leased (PROCESSING) messages between the others: a store may
+		// index them apart, and its pages must still hold every message
+		// once, in Seq order, with the status filter and the counts right.
+		e := setup(t, h)
+		msgs := make([]outbox.Message, 25)
+		for i := range msgs {
+			msgs[i] = msg("t", "", i)
+			if i%2 == 1 {
+				msgs[i].NextAttemptAt = e.at(time.Hour) // not due: stays PENDING
+			}
+		}
+		ms := e.enqueue(msgs...)
+		var leased, pending []outbox.Message
+		for i, m := range ms {
+			if i%2 == 0 {
+				leased = append(leased, m)
+			} else {
+				pending = append(pending, m)
+			}
+		}
+		if c := e.claim("p", 100, e.t0); len(c) != len(leased) {
+			t.Fatalf("claimed %d messages, want the %d due", len(c), len(leased))
+		}
+		for _, limit := range []int{1, 4, 10} {
+			all, _ := e.listAll(outbox.MessageListParams{Limit: limit})
+			wantIDs(t, fmt.Sprintf("pages of %d", limit), all, ms...)
+		}
+		all, _ := e.listAll(outbox.MessageListParams{Limit: 3, Status: outbox.StatusProcessing})
+		wantIDs(t, "PROCESSING", all, leased...)
+		all, _ = e.listAll(outbox.MessageListParams{Limit: 3, Status: outbox.StatusPending})
+		wantIDs(t, "PENDING", all, pending...)
+		wantCounts(t, e.count(""), map[outbox.Status]int64{outbox.StatusProcessing: 13, outbox.StatusPending: 12})
 	})
 
 	t.Run("Filters", func(t *testing.T) {
