@@ -154,11 +154,33 @@ func buildSQL(s *Store) sqlText {
 SELECT ins.id, ins.seq FROM ins` + notifyJoin)
 	}
 
+	// waiting is the group index's predicate (see migration 11) for the
+	// rows aliased a: a group's PENDING messages and the dead letters that
+	// block it.
+	waiting := func(a string) string {
+		return "(" + a + ".status = 'PENDING' OR " + a + ".blocks_group) AND " + a + ".grp <> ''"
+	}
+	// firstLeased is the seq of the first leased (PROCESSING) message of
+	// the group of the row aliased a, or the largest bigint when none is:
+	// one descent of the lease index.
+	firstLeased := func(a string) string {
+		return `coalesce((
+			SELECT l.seq FROM {T} l
+			WHERE l.tenant = ` + a + `.tenant AND l.topic = ` + a + `.topic AND l.grp = ` + a + `.grp AND l.status = 'PROCESSING'
+			ORDER BY l.tenant, l.topic, l.grp, l.seq
+			LIMIT 1
+		), 9223372036854775807)`
+	}
 	// The claim. win: the first $4 pending ordered messages by sequence.
 	// heads: those that are due and first among their group's unfinished
 	// messages (PENDING, PROCESSING, or a dead letter that blocks its group:
-	// blocks_group, which the group index covers). runs: from each head, the consecutive due PENDING messages
-	// of its group (at most $5), with their position in the run. free: due
+	// blocks_group). The group index holds the waiting ones (PENDING and
+	// blocking dead letters) and the lease index the PROCESSING ones, each
+	// by group (see migration 11): a head is the first of its group in the
+	// one and before every message of its group in the other, and its run
+	// ends before its group's first leased message. runs: from each head,
+	// the consecutive due PENDING messages of its group (at most $5), with
+	// their position in the run. free: due
 	// unordered messages. cand: the oldest $3 of both. locked: those still
 	// PENDING and due in their newest version (FOR UPDATE re-checks a row
 	// another claimer changed since this statement's snapshot) and not
@@ -181,7 +203,7 @@ runs AS MATERIALIZED (
 				bool_and(m.status = 'PENDING' AND m.next_attempt_at <= $1) OVER (ORDER BY m.seq) AS ok
 			FROM {T} m
 			WHERE m.tenant = h.tenant AND m.topic = h.topic AND m.grp = h.grp
-				AND (m.status IN ('PENDING', 'PROCESSING') OR m.blocks_group) AND m.grp <> '' AND m.seq >= h.seq
+				AND ` + waiting("m") + ` AND m.seq >= h.seq AND m.seq < h.leased
 			ORDER BY m.tenant, m.topic, m.grp, m.seq
 			LIMIT $5
 		) x
@@ -253,18 +275,21 @@ runs AS MATERIALIZED (
 	-- that order, lazily: no ORDER BY, so only as many heads are checked
 	-- and locked as the runs need. (Which heads come first is fairness,
 	-- not correctness: valid below re-checks every run.)
-	SELECT m.tenant, m.topic, m.grp, m.seq FROM win w JOIN {T} m ON m.ctid = w.tid
+	SELECT m.tenant, m.topic, m.grp, m.seq, ` + firstLeased("w") + ` AS leased
+	FROM win w JOIN {T} m ON m.ctid = w.tid
 	WHERE m.id = w.id AND w.next_attempt_at <= $1
-		-- w is its group's head: the first unfinished message of the
-		-- group, one descent of the group index (ordered by its whole key,
-		-- so no other plan is cheaper, with or without statistics).
-		AND w.seq = (
+		-- w is its group's head: the first waiting message of the group,
+		-- one descent of the group index (ordered by its whole key, so no
+		-- other plan is cheaper, with or without statistics), and before
+		-- the group's first leased message, one descent of the lease
+		-- index, made only for a first waiting message (CASE fixes the
+		-- order: most window rows are not their group's first).
+		AND CASE WHEN w.seq = (
 			SELECT b.seq FROM {T} b
-			WHERE b.tenant = w.tenant AND b.topic = w.topic AND b.grp = w.grp
-				AND (b.status IN ('PENDING', 'PROCESSING') OR b.blocks_group) AND b.grp <> ''
+			WHERE b.tenant = w.tenant AND b.topic = w.topic AND b.grp = w.grp AND ` + waiting("b") + `
 			ORDER BY b.tenant, b.topic, b.grp, b.seq
 			LIMIT 1
-		)
+		) THEN w.seq < ` + firstLeased("w") + ` ELSE false END
 		AND m.status = 'PENDING' AND m.next_attempt_at <= $1
 	LIMIT $3
 	FOR UPDATE OF m SKIP LOCKED
@@ -291,25 +316,25 @@ ORDER BY u.seq`)
 		}
 		return q(`WITH RECURSIVE groups AS (
 	(SELECT m.id, m.tenant, m.topic, m.grp, m.seq, m.status, m.next_attempt_at FROM {T} m
-	WHERE (m.status IN ('PENDING', 'PROCESSING') OR m.blocks_group) AND m.grp <> ''
+	WHERE ` + waiting("m") + `
 	ORDER BY m.tenant, m.topic, m.grp, m.seq
 	LIMIT 1)
 	UNION ALL
 	SELECT n.id, n.tenant, n.topic, n.grp, n.seq, n.status, n.next_attempt_at
 	FROM groups g CROSS JOIN LATERAL (
 		SELECT m.id, m.tenant, m.topic, m.grp, m.seq, m.status, m.next_attempt_at FROM {T} m
-		WHERE (m.status IN ('PENDING', 'PROCESSING') OR m.blocks_group) AND m.grp <> ''
+		WHERE ` + waiting("m") + `
 			AND (m.tenant, m.topic, m.grp) > (g.tenant, g.topic, g.grp)
 		ORDER BY m.tenant, m.topic, m.grp, m.seq
 		LIMIT 1
 	) n
 ), heads AS MATERIALIZED (
-	SELECT m.tenant, m.topic, m.grp, m.seq FROM (
-		SELECT g.id, g.seq FROM groups g
+	SELECT m.tenant, m.topic, m.grp, m.seq, h.leased FROM (
+		SELECT g.id, g.seq, ` + firstLeased("g") + ` AS leased FROM groups g
 		WHERE g.status = 'PENDING' AND g.next_attempt_at <= $1 AND g.seq > $4` + tfh + adminsql.NotPaused("{P}", "g.") + `
 		ORDER BY g.seq
 	) h JOIN {T} m ON m.id = h.id
-	WHERE m.status = 'PENDING' AND m.next_attempt_at <= $1
+	WHERE m.status = 'PENDING' AND m.next_attempt_at <= $1 AND h.seq < h.leased
 	LIMIT $3
 	FOR UPDATE OF m SKIP LOCKED
 ),` + claimTail(tf) + `
@@ -393,7 +418,7 @@ END$$`,
 		extend:              q(extendSQL),
 		get:                 q(`SELECT {COLS} FROM {T} WHERE tenant = $1 AND id = $2`),
 		// A tenant's messages: the (tenant, seq) index holds every row but
-		// the leased ones (see migration 10), which the processing index
+		// the leased ones (see migration 10), which the lease index
 		// holds; the two are merged by seq.
 		list: q(`SELECT {COLS} FROM (
 	(SELECT {COLS} FROM {T}

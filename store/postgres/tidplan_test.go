@@ -96,7 +96,7 @@ func TestWritePathPlans(t *testing.T) {
 			if n := strings.Count(finish, "TID Cond: (ctid = ANY"); n != want || strings.Contains(finish, "Nested Loop") {
 				t.Errorf("outcome: %d tuple-ID array lookups, want %d, and no nested loop:\n%s", n, want, finish)
 			}
-			if strings.Contains(finish, "messages_processing") {
+			if strings.Contains(finish, "messages_leased") {
 				t.Errorf("outcome scans the lease index:\n%s", finish)
 			}
 		})
@@ -416,14 +416,51 @@ func TestListPlans(t *testing.T) {
 			generic := `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
 			list := explainPrepared(t, ctx, pg.Pool, generic, s.sql.list, "default", int64(0), "", "", "", 101, false)
 			if strings.Contains(list, "Seq Scan on "+s.prefix+"messages") ||
-				!strings.Contains(list, s.prefix+"messages_tenant_seq_unleased") || !strings.Contains(list, s.prefix+"messages_processing") {
+				!strings.Contains(list, s.prefix+"messages_tenant_seq_unleased") || !strings.Contains(list, s.prefix+"messages_leased") {
 				t.Errorf("list does not read the two indexes:\n%s", list)
 			}
 			// Counting every row of the table's one tenant may scan it; the
 			// leased rows are still read through the lease index.
 			count := explainPrepared(t, ctx, pg.Pool, generic, s.sql.count, "default")
-			if !strings.Contains(count, s.prefix+"messages_processing") {
+			if !strings.Contains(count, s.prefix+"messages_leased") {
 				t.Errorf("count does not read the leased rows through the lease index:\n%s", count)
+			}
+		})
+	}
+}
+
+// TestGroupHeadPlans: a claim finds a group's first unfinished message with
+// one lookup in the group index (waiting messages) and one in the lease
+// index (leased ones), the second only for a window row that is first in
+// the group index; the fallback claim does the same; recovery reads the
+// lease index, never the table. On an analysed table and on one never
+// analysed, in the plans the statements run.
+func TestGroupHeadPlans(t *testing.T) {
+	for _, analysed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("analysed=%v", analysed), func(t *testing.T) {
+			s, pg, ctx := planTableAnalysed(t, Options{}, "'k' || i", analysed)
+			for range 2 {
+				if _, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 500, Owner: "other", Now: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waiting := "Index Only Scan using " + s.prefix + "messages_group_waiting"
+			leased := "Index Only Scan using " + s.prefix + "messages_leased"
+			plans := map[string]string{
+				"claim":          explainPrepared(t, ctx, pg.Pool, claimSettings, s.sql.claimAll, time.Now(), "p", 500, 2000, 100),
+				"fallback claim": explainPrepared(t, ctx, pg.Pool, planSettings, s.sql.claimFallbackAll, time.Now(), "p", 500, int64(0), 100),
+			}
+			for name, plan := range plans {
+				if strings.Contains(plan, "Seq Scan on "+s.prefix+"messages") || !strings.Contains(plan, leased) {
+					t.Errorf("%s: no lookup of the lease index, or a table scan:\n%s", name, plan)
+				}
+			}
+			if !strings.Contains(plans["claim"], waiting) || !strings.Contains(plans["claim"], "CASE WHEN (seq = (SubPlan") {
+				t.Errorf("claim: the lease lookup is not made after the group index's:\n%s", plans["claim"])
+			}
+			recovery := explainPrepared(t, ctx, pg.Pool, planSettings, s.sql.recover, time.Now(), time.Now(), 5, 10000, true, []string{}, []string{})
+			if strings.Contains(recovery, "Seq Scan on "+s.prefix+"messages") || !strings.Contains(recovery, s.prefix+"messages_leased") {
+				t.Errorf("recovery does not read the lease index:\n%s", recovery)
 			}
 		})
 	}

@@ -15,19 +15,19 @@ var _ outbox.PendingTopicLister = (*Store)(nil)
 // topic, leaving out the topics in $2 without reading their messages (the
 // processor runs it every RecoveryInterval, and a plain count read every
 // message of the table, history included). pairs visits each (tenant,
-// topic) with unfinished ordered messages in a loose scan of the group
+// topic) with waiting ordered messages in a loose scan of the group
 // index (one descent each); the messages of a pair whose topic is not left
 // out are counted in the same index. Unordered messages are read from the
 // unordered claim index, due ones only.
 const pendingTopicsSQL = `WITH RECURSIVE pairs AS (
 	(SELECT m.tenant, m.topic FROM {T} m
-	WHERE (m.status IN ('PENDING', 'PROCESSING') OR m.blocks_group) AND m.grp <> ''
+	WHERE (m.status = 'PENDING' OR m.blocks_group) AND m.grp <> ''
 	ORDER BY m.tenant, m.topic
 	LIMIT 1)
 	UNION ALL
 	SELECT n.tenant, n.topic FROM pairs p CROSS JOIN LATERAL (
 		SELECT m.tenant, m.topic FROM {T} m
-		WHERE (m.status IN ('PENDING', 'PROCESSING') OR m.blocks_group) AND m.grp <> ''
+		WHERE (m.status = 'PENDING' OR m.blocks_group) AND m.grp <> ''
 			AND (m.tenant, m.topic) > (p.tenant, p.topic)
 		ORDER BY m.tenant, m.topic
 		LIMIT 1
@@ -37,7 +37,7 @@ SELECT topic, sum(n)::bigint, min(oldest) FROM (
 	SELECT p.topic, c.n, c.oldest FROM pairs p CROSS JOIN LATERAL (
 		SELECT count(*) AS n, min(m.next_attempt_at) AS oldest FROM {T} m
 		WHERE m.tenant = p.tenant AND m.topic = p.topic
-			AND (m.status IN ('PENDING', 'PROCESSING') OR m.blocks_group) AND m.grp <> ''
+			AND (m.status = 'PENDING' OR m.blocks_group) AND m.grp <> ''
 			AND m.status = 'PENDING' AND m.next_attempt_at <= $1
 	) c
 	WHERE p.topic <> ALL($2::text[]) AND c.n > 0
