@@ -32,7 +32,7 @@ func (s *Store) MessageSearch(ctx context.Context, p outbox.MessageSearchParams)
 	// (tenant, seq) index leaves the leased ones out (see MessageList).
 	sel, lim := `SELECT `+msgCols+` FROM `+s.messages, ` ORDER BY seq LIMIT `+a.Add(p.Limit+1)
 	r, err := s.db.Query(ctx, `SELECT `+msgCols+` FROM ((`+
-		sel+adminsql.Where(append(w, "status <> 'PROCESSING'"))+lim+`) UNION ALL (`+
+		sel+adminsql.Where(append(w, "claimed_by IS NULL", "status <> 'PROCESSING'"))+lim+`) UNION ALL (`+
 		sel+adminsql.Where(append(w, "status = 'PROCESSING'"))+lim+`)) s`+lim, a.Vals...)
 	if err != nil {
 		return outbox.MessagePage{}, wrapErr("search", err)

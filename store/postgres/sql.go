@@ -418,11 +418,11 @@ END$$`,
 		extend:              q(extendSQL),
 		get:                 q(`SELECT {COLS} FROM {T} WHERE tenant = $1 AND id = $2`),
 		// A tenant's messages: the (tenant, seq) index holds every row but
-		// the leased ones (see migration 10), which the lease index
-		// holds; the two are merged by seq.
+		// the leased ones (claimed_by set: see migration 10), which the
+		// lease index holds; the two are merged by seq.
 		list: q(`SELECT {COLS} FROM (
 	(SELECT {COLS} FROM {T}
-	WHERE tenant = $1 AND seq > $2 AND status <> 'PROCESSING'` + listFilter + `
+	WHERE tenant = $1 AND seq > $2 AND claimed_by IS NULL AND status <> 'PROCESSING'` + listFilter + `
 	ORDER BY seq
 	LIMIT $6)
 	UNION ALL
@@ -434,7 +434,7 @@ END$$`,
 ORDER BY seq
 LIMIT $6`),
 		count: q(`SELECT status, count(*) FROM (
-	SELECT status FROM {T} WHERE tenant = $1 AND status <> 'PROCESSING'
+	SELECT status FROM {T} WHERE tenant = $1 AND claimed_by IS NULL AND status <> 'PROCESSING'
 	UNION ALL
 	SELECT status FROM {T} WHERE status = 'PROCESSING' AND tenant = $1
 ) c
