@@ -340,3 +340,39 @@ func TestClaimLooksPastBlockedBacklog(t *testing.T) {
 		t.Fatalf("topic claim past the backlog: %v %v", ids(ms), err)
 	}
 }
+
+// TestClaimStopsAtLeasedMessages: a group's leased (PROCESSING) messages,
+// which the lease index holds apart from the waiting ones, still hold the
+// group: a waiting message behind a leased one is not a head, and a run
+// ends before the group's first leased message.
+func TestClaimStopsAtLeasedMessages(t *testing.T) {
+	b := setup(t)
+	var ms []outbox.Message
+	for i := range 5 {
+		ms = append(ms, b.enqueue(msg("t", "g", i))[0].Message)
+	}
+	release := func(rel ...outbox.Message) {
+		t.Helper()
+		p := outbox.MessageFinishParams{Owner: "p1", Now: time.Now()}
+		for _, m := range rel {
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: 1})
+		}
+		if res, err := b.store.MessageFinish(b.ctx, p); err != nil || len(res.LeaseLost) > 0 {
+			t.Fatalf("release: %+v, %v", res, err)
+		}
+	}
+	if got := b.claim("p1", 5); len(got) != 5 {
+		t.Fatalf("first claim: %v, want the 5 messages", ids(got))
+	}
+	// ms[1] and ms[3] go back to PENDING; ms[0], ms[2] and ms[4] stay leased.
+	release(ms[1], ms[3])
+	if got := b.claim("p2", 100); len(got) != 0 {
+		t.Fatalf("claimed %v while the group's first message is leased", ids(got))
+	}
+	// ms[0] released too: the group's first unfinished message is ms[0],
+	// and its run ends before ms[2], still leased.
+	release(ms[0])
+	if got, want := ids(b.claim("p2", 100)), ids(ms[:2]); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("claimed %v, want %v (the run ends before the leased ms[2])", got, want)
+	}
+}
