@@ -225,8 +225,9 @@ func planTable(t *testing.T, opts Options, keyExpr string) (*Store, testbackend.
 	return planTableAnalysed(t, opts, keyExpr, true)
 }
 
-// planTableAnalysed is planTable, with the table analysed or not.
-func planTableAnalysed(t *testing.T, opts Options, keyExpr string, analyse bool) (*Store, testbackend.PostgresSchema, context.Context) {
+// migratedStore returns a store with opts in a fresh schema, migrated (and
+// so analysed empty).
+func migratedStore(t *testing.T, opts Options) (*Store, testbackend.PostgresSchema, context.Context) {
 	t.Helper()
 	pg := testbackend.Postgres(t, 2)
 	opts.Schema = pg.Name
@@ -239,6 +240,13 @@ func planTableAnalysed(t *testing.T, opts Options, keyExpr string, analyse bool)
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return s, pg, ctx
+}
+
+// planTableAnalysed is planTable, with the table analysed or not.
+func planTableAnalysed(t *testing.T, opts Options, keyExpr string, analyse bool) (*Store, testbackend.PostgresSchema, context.Context) {
+	t.Helper()
+	s, pg, ctx := migratedStore(t, opts)
 	if _, err := pg.Pool.Exec(ctx, `INSERT INTO `+s.messages+` (id, tenant, topic, grp, idempotency_key, status,
 	next_attempt_at, created_at, updated_at, payload)
 SELECT 'm' || i, 'default', 't', 'g' || (i % 100), `+keyExpr+`, 'PENDING', now() - interval '1 second', now(), now(), '{}'::json
@@ -474,17 +482,7 @@ func TestGroupHeadPlans(t *testing.T) {
 // every message of the table in each claim (30,000 rows for 16 claimed,
 // 88 ms) once the table had grown.
 func TestClaimGenericPlanMadeOnEmptyTable(t *testing.T) {
-	// Migrate analyses the new, empty table.
-	pg := testbackend.Postgres(t, 2)
-	s, err := New(pg.Pool, Options{Schema: pg.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, pg, ctx := migratedStore(t, Options{}) // Migrate analyses the new, empty table
 	for _, rows := range []int{0, 20} {
 		if rows > 0 {
 			if _, err := pg.Pool.Exec(ctx, `INSERT INTO `+s.messages+` (id, tenant, topic, grp, idempotency_key, status,
