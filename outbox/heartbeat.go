@@ -19,20 +19,46 @@ type lease struct {
 	// guarded by Processor.leaseMu.
 	renewed time.Time
 	lost    bool
+	// writing is set once the recorder has taken the lease's outcome into
+	// a MessageFinish call (guarded by Processor.leaseMu). A claim of the
+	// same message while it is set may have come before or after that
+	// write commits; see hold.
+	writing bool
 }
 
 func leaseKey(m *Message) string { return keyOf(m.Topic, m.ID) }
 
 func keyOf(topic, id string) string { return topic + "\x00" + id }
 
-// hold registers the leases of a claim taken at now.
-func (p *Processor) hold(msgs []Message, now time.Time) {
+// hold registers the leases of a claim taken at now. It returns the
+// indexes in msgs of the messages to release at once, unpublished.
+//
+// A claim can return a message this processor still holds an earlier lease
+// of: that lease expired (a store stall longer than ProcessingTimeout) and
+// was recovered, which gives the attempt back, so both leases have the same
+// owner and attempt and the store's fence cannot tell them apart. The
+// earlier lease's outcome must then not reach the store after this claim:
+// it would finish the new lease (a Released one would put the message back
+// to PENDING while it is published again, and another processor could claim
+// it and the rest of its group). So the new lease replaces the earlier one
+// here, and the recorder leaves out the outcomes of a lease that is no
+// longer the one held (see record). When that outcome is being written
+// already, it may commit before this claim or after it (then it finishes
+// this lease): the message is released under the new lease, after that
+// write (the recorder writes in order), which either puts it back to
+// PENDING or is refused because that write finished the lease.
+func (p *Processor) hold(msgs []Message, now time.Time) (release []int) {
 	p.leaseMu.Lock()
 	defer p.leaseMu.Unlock()
 	for i := range msgs {
 		m := &msgs[i]
-		p.leases[leaseKey(m)] = &lease{topic: m.Topic, id: m.ID, attempt: m.Attempts, claimedAt: m.ClaimedAt, renewed: now}
+		k := leaseKey(m)
+		if old := p.leases[k]; old != nil && old.writing {
+			release = append(release, i)
+		}
+		p.leases[k] = &lease{topic: m.Topic, id: m.ID, attempt: m.Attempts, claimedAt: m.ClaimedAt, renewed: now}
 	}
+	return release
 }
 
 // holds reports whether the processor still holds m's lease at now: not

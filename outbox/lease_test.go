@@ -192,3 +192,146 @@ func TestProcessorRecoveryDoesNotUseUpAttemptsButBoundsRecoveries(t *testing.T) 
 		t.Fatal(err)
 	}
 }
+
+// TestProcessorReleasesAReclaimWhileTheEarlierOutcomeIsWritten: the store
+// stalls while the outcome of a message's lease is written, the lease
+// expires meanwhile and is recovered (which gives the attempt back), and the
+// processor claims the message again: the new lease has the same owner and
+// attempt, so the stalled outcome, when it commits, finishes the new lease.
+// The processor must not publish the message again under it (it releases
+// it, after the stalled write): published once, and SENT.
+func TestProcessorReleasesAReclaimWhileTheEarlierOutcomeIsWritten(t *testing.T) {
+	t.Parallel()
+	st := &stallingStore{Store: newStore(t), gate: make(chan struct{}), stalled: make(chan struct{})}
+	id := enqueue(t, st.Store, 1, func(int) string { return "g" })[0]
+	var published atomic.Int64
+	pub := outbox.PublisherFunc(func(_ context.Context, msgs []outbox.Message) []outbox.Result {
+		published.Add(int64(len(msgs)))
+		return make([]outbox.Result, len(msgs))
+	})
+	p, err := outbox.NewProcessor(st, pub, outbox.Config{Topics: []string{"t"}, PollInterval: 5 * time.Millisecond,
+		RecoveryInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, p)
+	unstall := sync.OnceFunc(func() { close(st.gate) })
+	t.Cleanup(unstall)
+	select {
+	case <-st.stalled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no outcome was written within 30 s")
+	}
+	ctx := context.Background()
+	// The lease is recovered (as another processor would once it expired).
+	if res, err := st.Store.MessageRecover(ctx, outbox.MessageRecoverParams{ClaimedBefore: time.Now().Add(time.Hour), Now: time.Now()}); err != nil || res.Recovered != 1 {
+		t.Fatalf("recover: %+v, %v", res, err)
+	}
+	// The processor claims it again while its outcome is still stalled.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		m, err := st.Store.MessageGet(ctx, outbox.MessageGetParams{ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Status == outbox.StatusProcessing {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not claimed again within 30 s: %s", m.Status)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // time to publish it again, if it would
+	unstall()
+	for {
+		m, err := st.Store.MessageGet(ctx, outbox.MessageGetParams{ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Status == outbox.StatusSent {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not SENT within 30 s: %s", m.Status)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // a later claim would publish it again
+	if err, _ := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := published.Load(); n != 1 {
+		t.Fatalf("published %d times, want once", n)
+	}
+	if m, err := st.Store.MessageGet(ctx, outbox.MessageGetParams{ID: id}); err != nil || m.Status != outbox.StatusSent {
+		t.Fatalf("after stop: %+v, %v; want SENT", m.Status, err)
+	}
+}
+
+// TestProcessorLeavesOutTheOutcomeOfAReplacedLease: a publish outlives its
+// lease, which is recovered and claimed again by the same processor (same
+// owner and attempt) while the publish is still running. The outcome of
+// the first publish, a release here, must not be written: it would release
+// the new lease while the message is published under it. The message is
+// published under the new lease and ends SENT: two publishes, not three.
+func TestProcessorLeavesOutTheOutcomeOfAReplacedLease(t *testing.T) {
+	t.Parallel()
+	st := newStore(t)
+	id := enqueue(t, st, 1, func(int) string { return "" })[0]
+	var calls atomic.Int64
+	first, unblock := make(chan struct{}), make(chan struct{})
+	pub := outbox.PublisherFunc(func(_ context.Context, msgs []outbox.Message) []outbox.Result {
+		res := make([]outbox.Result, len(msgs))
+		if calls.Add(int64(len(msgs))) == 1 {
+			close(first)
+			<-unblock
+			res[0].Err = outbox.ErrNotAttempted
+		}
+		return res
+	})
+	p, err := outbox.NewProcessor(st, pub, outbox.Config{Topics: []string{"t"}, PollInterval: 5 * time.Millisecond,
+		RecoveryInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, p)
+	release := sync.OnceFunc(func() { close(unblock) })
+	t.Cleanup(release)
+	select {
+	case <-first:
+	case <-time.After(30 * time.Second):
+		t.Fatal("not published within 30 s")
+	}
+	ctx := context.Background()
+	if res, err := st.MessageRecover(ctx, outbox.MessageRecoverParams{ClaimedBefore: time.Now().Add(time.Hour), Now: time.Now()}); err != nil || res.Recovered != 1 {
+		t.Fatalf("recover: %+v, %v", res, err)
+	}
+	wait := func(want outbox.Status) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			m, err := st.MessageGet(ctx, outbox.MessageGetParams{ID: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Status == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not %s within 30 s: %s", want, m.Status)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	wait(outbox.StatusProcessing) // claimed again while the first publish runs
+	release()
+	wait(outbox.StatusSent)
+	time.Sleep(100 * time.Millisecond) // a later claim would publish it again
+	if err, _ := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("published %d times, want 2 (under the first lease and the second)", n)
+	}
+}

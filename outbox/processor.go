@@ -308,7 +308,24 @@ func (p *Processor) pollOnce(ctx context.Context) (again bool, err error) {
 	}
 	p.counters.claimed.Add(int64(len(msgs)))
 	p.inflight.Add(int64(len(msgs)))
-	p.hold(msgs, claimedAt)
+	release := p.hold(msgs, claimedAt)
+	var released *finishBatch
+	if len(release) > 0 {
+		released = &finishBatch{}
+		skip := make(map[int]bool, len(release))
+		for _, i := range release {
+			skip[i] = true
+			released.add(msgs[i], Outcome{Kind: OutcomeReleased}, nil)
+		}
+		kept := msgs[:0:0]
+		for i := range msgs {
+			if !skip[i] {
+				kept = append(kept, msgs[i])
+			}
+		}
+		msgs = kept
+		p.log.Warn("claimed messages again while the outcome of their earlier lease is being written; releasing them", "messages", len(release))
+	}
 	// Hand the whole claim over under one lock: a group's messages from one
 	// claim must land in the same worker queue. Otherwise a worker could
 	// publish message n, fail, release its queue and exit before n+1 is
@@ -319,7 +336,11 @@ func (p *Processor) pollOnce(ctx context.Context) (again bool, err error) {
 		p.dispatchLocked(msgs[i])
 	}
 	p.mu.Unlock()
-	return len(msgs) == limit, nil
+	if released != nil {
+		// After the write in progress: the recorder takes batches in order.
+		p.recordCh <- released
+	}
+	return claimed == limit, nil
 }
 
 // recoveryLoop recovers expired leases every RecoveryInterval.
@@ -609,11 +630,39 @@ func (p *Processor) record(batches []*finishBatch) {
 	count := 0
 	// The leases the outcomes are written under, taken before the write:
 	// once it commits, a message may be claimed again (see forgetLeases).
+	// An outcome of a lease that a later claim of the same message replaced
+	// is left out (see hold); the others' leases are marked as being
+	// written, in the same critical section.
 	var held []*lease
-	for _, b := range batches {
+	superseded := make([][]bool, len(batches))
+	nSuperseded := 0
+	p.leaseMu.Lock()
+	for bi, b := range batches {
+		superseded[bi] = make([]bool, len(b.items))
+		for i, f := range b.items {
+			l := p.leases[leaseKey(&f.msg)]
+			switch {
+			case l == nil:
+			case l.claimedAt.Equal(f.msg.ClaimedAt):
+				l.writing = true
+				held = append(held, l)
+			default:
+				superseded[bi][i] = true
+				nSuperseded++
+			}
+		}
+	}
+	p.leaseMu.Unlock()
+	if nSuperseded > 0 {
+		p.log.Warn("outcomes left out: their messages were claimed again after the lease expired", "messages", nSuperseded)
+	}
+	for bi, b := range batches {
 		count += b.expired
-		for _, f := range b.items {
-			held = append(held, p.leaseOf(&f.msg))
+		for i, f := range b.items {
+			if superseded[bi][i] {
+				count++
+				continue
+			}
 			switch f.out.Kind {
 			case OutcomeSent:
 				p.counters.sent.Add(1)
@@ -650,10 +699,10 @@ func (p *Processor) record(batches []*finishBatch) {
 	p.forgetLeases(held)
 	p.addUnrecorded(-published)
 	ctx := context.WithoutCancel(p.pubCtx)
-	for _, b := range batches {
-		for _, f := range b.items {
+	for bi, b := range batches {
+		for i, f := range b.items {
 			o := f.out
-			if o.Kind == OutcomeReleased || lost[o.ID] {
+			if o.Kind == OutcomeReleased || lost[o.ID] || superseded[bi][i] {
 				continue
 			}
 			ev := AttemptEvent{Message: f.msg, Attempt: o.Attempt, Err: f.err, StartedAt: o.StartedAt, Duration: params.Now.Sub(o.StartedAt)}
