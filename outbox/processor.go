@@ -311,20 +311,29 @@ func (p *Processor) pollOnce(ctx context.Context) (again bool, err error) {
 	release := p.hold(msgs, claimedAt)
 	var released *finishBatch
 	if len(release) > 0 {
+		// Released with the messages of their groups that follow them in
+		// the claim (it holds a group's messages in order): those must not
+		// be published before them.
 		released = &finishBatch{}
 		skip := make(map[int]bool, len(release))
 		for _, i := range release {
 			skip[i] = true
-			released.add(msgs[i], Outcome{Kind: OutcomeReleased}, nil)
 		}
+		held := make(map[string]bool)
 		kept := msgs[:0:0]
 		for i := range msgs {
-			if !skip[i] {
-				kept = append(kept, msgs[i])
+			m := msgs[i]
+			if skip[i] || (m.Group != "" && held[m.GroupKey()]) {
+				if m.Group != "" {
+					held[m.GroupKey()] = true
+				}
+				released.add(m, Outcome{Kind: OutcomeReleased}, nil)
+				continue
 			}
+			kept = append(kept, m)
 		}
 		msgs = kept
-		p.log.Warn("claimed messages again while the outcome of their earlier lease is being written; releasing them", "messages", len(release))
+		p.log.Warn("claimed messages again while the outcome of their earlier lease is being written; releasing them", "messages", len(released.items))
 	}
 	// Hand the whole claim over under one lock: a group's messages from one
 	// claim must land in the same worker queue. Otherwise a worker could
