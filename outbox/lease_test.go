@@ -335,3 +335,83 @@ func TestProcessorLeavesOutTheOutcomeOfAReplacedLease(t *testing.T) {
 		t.Fatalf("published %d times, want 2 (under the first lease and the second)", n)
 	}
 }
+
+// TestProcessorReleasesTheRestOfTheGroupWithAReclaim: a claim holds a
+// message claimed again while its earlier lease's outcome (a retry) is
+// being written, and the next message of its group: the processor
+// releases both. Publishing the second would deliver it before the first,
+// which has not been delivered yet.
+func TestProcessorReleasesTheRestOfTheGroupWithAReclaim(t *testing.T) {
+	t.Parallel()
+	st := &stallingStore{Store: newStore(t), gate: make(chan struct{}), stalled: make(chan struct{})}
+	first := enqueue(t, st.Store, 1, func(int) string { return "g" })[0]
+	var mu sync.Mutex
+	var log []string // "id:ok" per publish, in order
+	pub := outbox.PublisherFunc(func(_ context.Context, msgs []outbox.Message) []outbox.Result {
+		mu.Lock()
+		defer mu.Unlock()
+		res := make([]outbox.Result, len(msgs))
+		for i, m := range msgs {
+			ok := m.ID != first || len(log) > 0
+			if !ok {
+				res[i].Err = outbox.RetryAfter(10*time.Millisecond, "busy", "try again")
+			}
+			log = append(log, fmt.Sprintf("%s:%v", m.ID, ok))
+		}
+		return res
+	})
+	p, err := outbox.NewProcessor(st, pub, outbox.Config{Topics: []string{"t"}, PollInterval: 5 * time.Millisecond,
+		RecoveryInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, p)
+	unstall := sync.OnceFunc(func() { close(st.gate) })
+	t.Cleanup(unstall)
+	select {
+	case <-st.stalled: // the retry of the first message is being written
+	case <-time.After(30 * time.Second):
+		t.Fatal("no outcome was written within 30 s")
+	}
+	ctx := context.Background()
+	second := enqueue(t, st.Store, 1, func(int) string { return "g" })[0]
+	if res, err := st.Store.MessageRecover(ctx, outbox.MessageRecoverParams{ClaimedBefore: time.Now().Add(time.Hour), Now: time.Now()}); err != nil || res.Recovered != 1 {
+		t.Fatalf("recover: %+v, %v", res, err)
+	}
+	// Both are claimed, in one claim, while the retry is still being
+	// written.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		m, err := st.Store.MessageGet(ctx, outbox.MessageGetParams{ID: second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Status == outbox.StatusProcessing {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not claimed within 30 s: %s", m.Status)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // time to publish the second, if it would
+	unstall()
+	for {
+		if c := counts(t, st.Store); c[outbox.StatusSent] == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not both SENT within 30 s: %v", counts(t, st.Store))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err, _ := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{first + ":false", first + ":true", second + ":true"}
+	if fmt.Sprint(log) != fmt.Sprint(want) {
+		t.Fatalf("publishes %v, want %v", log, want)
+	}
+}
