@@ -136,23 +136,6 @@ func TestProcessorRecoveryDoesNotUseUpAttemptsButBoundsRecoveries(t *testing.T) 
 		t.Fatal(err)
 	}
 	id, poison := res[0].Message.ID, res[1].Message.ID
-	waitStatus := func(id string, want outbox.Status) outbox.Message {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			m, err := st.MessageGet(context.Background(), outbox.MessageGetParams{ID: id})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m.Status == want {
-				return m
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("message %s: %s after 30 s, want %s", id, m.Status, want)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
 	claimAs := func(owner, topic string) {
 		t.Helper()
 		c, err := st.MessageClaim(context.Background(), outbox.MessageClaimParams{Limit: 1, Topics: []string{topic}, Owner: owner, Now: time.Now()})
@@ -170,7 +153,7 @@ func TestProcessorRecoveryDoesNotUseUpAttemptsButBoundsRecoveries(t *testing.T) 
 		t.Fatal(err)
 	}
 	stop := start(t, p)
-	if m := waitStatus(id, outbox.StatusSent); m.Attempts != 1 {
+	if m := waitStatus(t, st, id, outbox.StatusSent); m.Attempts != 1 {
 		t.Fatalf("recovered and sent with %d attempts, want 1", m.Attempts)
 	}
 	if got := rec.Sent(); len(got) != 1 || got[0] != id {
@@ -181,15 +164,67 @@ func TestProcessorRecoveryDoesNotUseUpAttemptsButBoundsRecoveries(t *testing.T) 
 	for i := 1; i <= maxRecoveries; i++ {
 		claimAs(fmt.Sprintf("killed-%d", i), "poison")
 		if i < maxRecoveries {
-			waitStatus(poison, outbox.StatusPending)
+			waitStatus(t, st, poison, outbox.StatusPending)
 		}
 	}
-	m := waitStatus(poison, outbox.StatusFailed)
+	m := waitStatus(t, st, poison, outbox.StatusFailed)
 	if m.LastError == nil || m.LastError.Code != "lease_expired" {
 		t.Fatalf("dead-lettered poison message: last error %+v, want lease_expired", m.LastError)
 	}
 	if err, _ := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// startPolling starts a processor of topic t on st that polls every 5 ms
+// and leaves recovery to the test.
+func startPolling(t *testing.T, st outbox.Store, pub outbox.Publisher) (stop func() (error, time.Duration)) {
+	t.Helper()
+	p, err := outbox.NewProcessor(st, pub, outbox.Config{Topics: []string{"t"}, PollInterval: 5 * time.Millisecond,
+		RecoveryInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start(t, p)
+}
+
+// waitStatus waits up to 30 s for message id to have status want and
+// returns it.
+func waitStatus(t *testing.T, st *sqlite.Store, id string, want outbox.Status) outbox.Message {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		m, err := st.MessageGet(context.Background(), outbox.MessageGetParams{ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Status == want {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("message not %s within 30 s: %s", want, m.Status)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// recoverOne recovers every lease now, as another processor would once they
+// expired, and wants exactly one.
+func recoverOne(t *testing.T, st *sqlite.Store) {
+	t.Helper()
+	res, err := st.MessageRecover(context.Background(), outbox.MessageRecoverParams{ClaimedBefore: time.Now().Add(time.Hour), Now: time.Now()})
+	if err != nil || res.Recovered != 1 {
+		t.Fatalf("recover: %+v, %v", res, err)
+	}
+}
+
+// awaitStall waits until st's first MessageFinish waits at its gate.
+func awaitStall(t *testing.T, st *stallingStore) {
+	t.Helper()
+	select {
+	case <-st.stalled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no outcome was written within 30 s")
 	}
 }
 
@@ -209,54 +244,16 @@ func TestProcessorReleasesAReclaimWhileTheEarlierOutcomeIsWritten(t *testing.T) 
 		published.Add(int64(len(msgs)))
 		return make([]outbox.Result, len(msgs))
 	})
-	p, err := outbox.NewProcessor(st, pub, outbox.Config{Topics: []string{"t"}, PollInterval: 5 * time.Millisecond,
-		RecoveryInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := start(t, p)
+	stop := startPolling(t, st, pub)
 	unstall := sync.OnceFunc(func() { close(st.gate) })
 	t.Cleanup(unstall)
-	select {
-	case <-st.stalled:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no outcome was written within 30 s")
-	}
-	ctx := context.Background()
-	// The lease is recovered (as another processor would once it expired).
-	if res, err := st.Store.MessageRecover(ctx, outbox.MessageRecoverParams{ClaimedBefore: time.Now().Add(time.Hour), Now: time.Now()}); err != nil || res.Recovered != 1 {
-		t.Fatalf("recover: %+v, %v", res, err)
-	}
+	awaitStall(t, st)
+	recoverOne(t, st.Store)
 	// The processor claims it again while its outcome is still stalled.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		m, err := st.Store.MessageGet(ctx, outbox.MessageGetParams{ID: id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Status == outbox.StatusProcessing {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not claimed again within 30 s: %s", m.Status)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitStatus(t, st.Store, id, outbox.StatusProcessing)
 	time.Sleep(100 * time.Millisecond) // time to publish it again, if it would
 	unstall()
-	for {
-		m, err := st.Store.MessageGet(ctx, outbox.MessageGetParams{ID: id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Status == outbox.StatusSent {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not SENT within 30 s: %s", m.Status)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitStatus(t, st.Store, id, outbox.StatusSent)
 	time.Sleep(100 * time.Millisecond) // a later claim would publish it again
 	if err, _ := stop(); err != nil {
 		t.Fatal(err)
@@ -264,9 +261,7 @@ func TestProcessorReleasesAReclaimWhileTheEarlierOutcomeIsWritten(t *testing.T) 
 	if n := published.Load(); n != 1 {
 		t.Fatalf("published %d times, want once", n)
 	}
-	if m, err := st.Store.MessageGet(ctx, outbox.MessageGetParams{ID: id}); err != nil || m.Status != outbox.StatusSent {
-		t.Fatalf("after stop: %+v, %v; want SENT", m.Status, err)
-	}
+	waitStatus(t, st.Store, id, outbox.StatusSent)
 }
 
 // TestProcessorLeavesOutTheOutcomeOfAReplacedLease: a publish outlives its
@@ -290,12 +285,7 @@ func TestProcessorLeavesOutTheOutcomeOfAReplacedLease(t *testing.T) {
 		}
 		return res
 	})
-	p, err := outbox.NewProcessor(st, pub, outbox.Config{Topics: []string{"t"}, PollInterval: 5 * time.Millisecond,
-		RecoveryInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := start(t, p)
+	stop := startPolling(t, st, pub)
 	release := sync.OnceFunc(func() { close(unblock) })
 	t.Cleanup(release)
 	select {
@@ -303,30 +293,10 @@ func TestProcessorLeavesOutTheOutcomeOfAReplacedLease(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("not published within 30 s")
 	}
-	ctx := context.Background()
-	if res, err := st.MessageRecover(ctx, outbox.MessageRecoverParams{ClaimedBefore: time.Now().Add(time.Hour), Now: time.Now()}); err != nil || res.Recovered != 1 {
-		t.Fatalf("recover: %+v, %v", res, err)
-	}
-	wait := func(want outbox.Status) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			m, err := st.MessageGet(ctx, outbox.MessageGetParams{ID: id})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m.Status == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not %s within 30 s: %s", want, m.Status)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	wait(outbox.StatusProcessing) // claimed again while the first publish runs
+	recoverOne(t, st)
+	waitStatus(t, st, id, outbox.StatusProcessing) // claimed again while the first publish runs
 	release()
-	wait(outbox.StatusSent)
+	waitStatus(t, st, id, outbox.StatusSent)
 	time.Sleep(100 * time.Millisecond) // a later claim would publish it again
 	if err, _ := stop(); err != nil {
 		t.Fatal(err)
@@ -360,51 +330,19 @@ func TestProcessorReleasesTheRestOfTheGroupWithAReclaim(t *testing.T) {
 		}
 		return res
 	})
-	p, err := outbox.NewProcessor(st, pub, outbox.Config{Topics: []string{"t"}, PollInterval: 5 * time.Millisecond,
-		RecoveryInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := start(t, p)
+	stop := startPolling(t, st, pub)
 	unstall := sync.OnceFunc(func() { close(st.gate) })
 	t.Cleanup(unstall)
-	select {
-	case <-st.stalled: // the retry of the first message is being written
-	case <-time.After(30 * time.Second):
-		t.Fatal("no outcome was written within 30 s")
-	}
-	ctx := context.Background()
+	awaitStall(t, st) // the retry of the first message is being written
 	second := enqueue(t, st.Store, 1, func(int) string { return "g" })[0]
-	if res, err := st.Store.MessageRecover(ctx, outbox.MessageRecoverParams{ClaimedBefore: time.Now().Add(time.Hour), Now: time.Now()}); err != nil || res.Recovered != 1 {
-		t.Fatalf("recover: %+v, %v", res, err)
-	}
+	recoverOne(t, st.Store)
 	// Both are claimed, in one claim, while the retry is still being
 	// written.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		m, err := st.Store.MessageGet(ctx, outbox.MessageGetParams{ID: second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Status == outbox.StatusProcessing {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not claimed within 30 s: %s", m.Status)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitStatus(t, st.Store, second, outbox.StatusProcessing)
 	time.Sleep(100 * time.Millisecond) // time to publish the second, if it would
 	unstall()
-	for {
-		if c := counts(t, st.Store); c[outbox.StatusSent] == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not both SENT within 30 s: %v", counts(t, st.Store))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitStatus(t, st.Store, first, outbox.StatusSent)
+	waitStatus(t, st.Store, second, outbox.StatusSent)
 	if err, _ := stop(); err != nil {
 		t.Fatal(err)
 	}
