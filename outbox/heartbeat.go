@@ -84,17 +84,6 @@ func (p *Processor) forget(m Message) {
 	}
 }
 
-// leaseOf returns the lease of m's claim, or nil when the processor holds
-// none.
-func (p *Processor) leaseOf(m *Message) *lease {
-	p.leaseMu.Lock()
-	defer p.leaseMu.Unlock()
-	if l := p.leases[leaseKey(m)]; l != nil && l.claimedAt.Equal(m.ClaimedAt) {
-		return l
-	}
-	return nil
-}
-
 // forgetLeases drops the leases an outcome was written under, and only
 // those: once the outcome is committed, a message it made due again (a
 // retry, a release) may already be claimed again by this processor, and
