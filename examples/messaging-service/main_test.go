@@ -5,9 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -36,21 +36,33 @@ func (s *syncBuf) String() string {
 // then a shutdown signal (ctx) stops it cleanly.
 func TestDemoRun(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	out := &syncBuf{}
 	done := make(chan error, 1)
+	// Port 0: the program prints the address it listens on (a port picked
+	// by the test and freed could be taken by another test meanwhile).
 	go func() {
-		done <- run(ctx, []string{"-addr", addr, "-dsn", filepath.Join(t.TempDir(), "demo.db")}, func(string) string { return "" }, out)
+		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-dsn", filepath.Join(t.TempDir(), "demo.db")}, func(string) string { return "" }, out)
 	}()
-	base := "http://" + addr
+	curlLine := regexp.MustCompile(`curl -s -X POST (http://\S+)/api/v1/outbound/messages`)
+	var base string
 	deadline := time.Now().Add(20 * time.Second)
+	for base == "" {
+		if m := curlLine.FindStringSubmatch(out.String()); m != nil {
+			base = m[1]
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the program ended before printing its curl line: %v\n%s", err, out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no curl line printed within 20 s:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for {
 		r, err := http.Get(base + "/readyz")
 		if err == nil {
@@ -63,9 +75,6 @@ func TestDemoRun(t *testing.T) {
 			t.Fatalf("never ready: %v\n%s", err, out)
 		}
 		time.Sleep(50 * time.Millisecond)
-	}
-	if !strings.Contains(out.String(), "curl -s -X POST "+base+"/api/v1/outbound/messages") {
-		t.Fatalf("no curl line printed:\n%s", out)
 	}
 	call := func(method, path, body string) map[string]any {
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
