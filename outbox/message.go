@@ -259,9 +259,10 @@ func validateMessage(m *Message, maxPayload int) error {
 		switch {
 		case len(m.Payload) == 0:
 			return invalid("Payload", "is required (a JSON document; set ContentType for other payloads)")
+		case validJSON(m.Payload): // one pass; the checks below name the fault
 		case !utf8.Valid(m.Payload):
 			return invalid("Payload", "is JSON but not valid UTF-8")
-		case !json.Valid(m.Payload):
+		default:
 			return invalid("Payload", fmt.Sprintf("is not valid JSON (content type %s; set ContentType for other payloads)", m.EffectiveContentType()))
 		}
 	}
