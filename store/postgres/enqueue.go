@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -201,11 +202,13 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		maxAttempts[i] = int32(m.MaxAttempts) //nolint:gosec // validated <= MaxAttemptsLimit
 		next[i] = m.NextAttemptAt
 	}
-	args := []any{ids, tenants, topics, groups, keys, payloads, headers, maxAttempts, next, types, binary,
-		msgs[0].CreatedAt, s.groupNS, s.channel, s.notifyKey}
+	var args []any
 	if n == 1 { // the same statement with scalars (see buildSQL)
-		args = append([]any{ids[0], tenants[0], topics[0], groups[0], keys[0], payloads[0], headers[0], maxAttempts[0], next[0], types[0], binary[0]}, args[11:]...)
+		args = []any{ids[0], tenants[0], topics[0], groups[0], keys[0], payloads[0], headers[0], maxAttempts[0], next[0], types[0], binary[0]}
+	} else {
+		args = []any{ids, tenants, topics, groups, keys, byteArray(payloads), byteArray(headers), maxAttempts, next, types, byteArray(binary)}
 	}
+	args = append(args, msgs[0].CreatedAt, s.groupNS, s.channel, s.notifyKey)
 	notify := !s.opts.DisableNotify
 	if !notify {
 		args = args[:13]
@@ -280,6 +283,19 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		out[i] = outbox.Enqueued{Message: m, Existed: true}
 	}
 	return out, nil
+}
+
+// byteArray is a column of byte strings as a query parameter: NULL when
+// every element is nil (unnest pads a NULL array with NULLs), so a batch
+// without headers or without binary payloads sends none; otherwise an
+// array read without reflection (pgx encodes a [][]byte through reflect).
+func byteArray(col [][]byte) pgtype.FlatArray[[]byte] {
+	for _, b := range col {
+		if b != nil {
+			return col
+		}
+	}
+	return nil
 }
 
 // unchecked reports that no message of msgs can repeat a stored one: each
