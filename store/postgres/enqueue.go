@@ -206,7 +206,8 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 	if n == 1 { // the same statement with scalars (see buildSQL)
 		args = []any{ids[0], tenants[0], topics[0], groups[0], keys[0], payloads[0], headers[0], maxAttempts[0], next[0], types[0], binary[0]}
 	} else {
-		args = []any{ids, tenants, topics, groups, keys, byteArray(payloads), byteArray(headers), maxAttempts, next, types, byteArray(binary)}
+		args = []any{ids, nullIfAll(tenants, ""), topics, groups, nullIfSame(keys, ids), byteArray(payloads), byteArray(headers),
+			maxAttempts, next, nullIfAll(types, ""), byteArray(binary)}
 	}
 	args = append(args, msgs[0].CreatedAt, s.groupNS, s.channel, s.notifyKey)
 	notify := !s.opts.DisableNotify
@@ -283,6 +284,28 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		out[i] = outbox.Enqueued{Message: m, Existed: true}
 	}
 	return out, nil
+}
+
+// nullIfAll returns col, or nil (a NULL array, which the statement fills
+// with its default, see buildSQL) when every element is v.
+func nullIfAll(col []string, v string) []string {
+	for _, e := range col {
+		if e != v {
+			return col
+		}
+	}
+	return nil
+}
+
+// nullIfSame returns col, or nil (a NULL array, see nullIfAll) when it
+// equals other element by element.
+func nullIfSame(col, other []string) []string {
+	for i, e := range col {
+		if e != other[i] {
+			return col
+		}
+	}
+	return nil
 }
 
 // byteArray is a column of byte strings as a query parameter: NULL when

@@ -93,7 +93,14 @@ func buildSQL(s *Store) sqlText {
 	// generic plan always looked dearer).
 	enqueue := func(v int) string {
 		one, notify := v&enqueueOne != 0, v&enqueueNotify != 0
-		input := `SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int4[], $9::timestamptz[],
+		// The arrays of tenants ($2), keys ($5) and content types ($10)
+		// are NULL when every message has the default (tenant '', key =
+		// ID, content type ''), those of payloads, headers and binary
+		// payloads when no message has one (see enqueue): unnest pads a
+		// NULL array with NULLs.
+		input := `SELECT u.id, coalesce(u.tenant, '') AS tenant, u.topic, u.grp, coalesce(u.ikey, u.id) AS ikey, u.payload, u.headers,
+		u.max_attempts, u.next_attempt_at, coalesce(u.content_type, '') AS content_type, u.payload_bytes, u.ord
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int4[], $9::timestamptz[],
 		$10::text[], $11::bytea[])
 		WITH ORDINALITY AS u(id, tenant, topic, grp, ikey, payload, headers, max_attempts, next_attempt_at, content_type, payload_bytes, ord)`
 		if one {

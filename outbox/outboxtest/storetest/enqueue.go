@@ -49,6 +49,56 @@ func testEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 		}
 	})
 
+	t.Run("BatchStoresEveryField", func(t *testing.T) {
+		// One call with several messages, where stores send columns
+		// rather than rows: every field as given, and the defaults (tenant
+		// "", key = ID, no headers, content type "") whether every message
+		// of the call has them or only some.
+		need(t, h, CapTenants, CapIdempotency)
+		e := setup(t, h)
+		mixed := []outbox.Message{
+			{Topic: "a", Group: "g-1", Payload: json.RawMessage(`{"n":1}`)},
+			{Tenant: "acme", Topic: "b", Group: "g-1", IdempotencyKey: "k-1", Payload: json.RawMessage(`{"n":2}`),
+				Headers: map[string]string{"traceparent": "00-abc-def-01"}, MaxAttempts: 2, ContentType: "application/cloudevents+json"},
+			{Tenant: "acme", Topic: "a", Payload: json.RawMessage(`{"n":3}`)},
+		}
+		defaults := []outbox.Message{
+			{Topic: "a", Group: "g-2", Payload: json.RawMessage(`{"n":4}`)},
+			{Topic: "a", Payload: json.RawMessage(`[5]`)},
+		}
+		for _, in := range [][]outbox.Message{mixed, defaults} {
+			tx := e.begin()
+			res, err := e.ob.EnqueueTx(e.ctx, tx, in...)
+			require.NoError(t, err, "EnqueueTx")
+			e.commit(tx)
+			require.Len(t, res, len(in))
+			for i, want := range in {
+				m := e.get(want.Tenant, res[i].Message.ID)
+				key := want.IdempotencyKey
+				if key == "" {
+					key = m.ID
+				}
+				if m.Tenant != want.Tenant || m.Topic != want.Topic || m.Group != want.Group || m.IdempotencyKey != key ||
+					m.ContentType != want.ContentType || len(m.Headers) != len(want.Headers) || m.Headers["traceparent"] != want.Headers["traceparent"] ||
+					m.Status != outbox.StatusPending || m.Seq != res[i].Message.Seq {
+					t.Fatalf("message %d stored as %+v; want %+v", i, m, want)
+				}
+				if !jsonEqual(m.Payload, want.Payload) {
+					t.Fatalf("message %d: payload %s, want %s", i, m.Payload, want.Payload)
+				}
+				if want.MaxAttempts != 0 && m.MaxAttempts != want.MaxAttempts {
+					t.Fatalf("message %d: MaxAttempts %d, want %d", i, m.MaxAttempts, want.MaxAttempts)
+				}
+			}
+		}
+		// The keys hold: a repeat of the keyed message returns it.
+		r, err := e.ob.Enqueue(e.ctx, outbox.Message{Tenant: "acme", Topic: "b", IdempotencyKey: "k-1", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err, "repeat")
+		if !r[0].Existed || !jsonEqual(r[0].Message.Payload, mixed[1].Payload) {
+			t.Fatalf("repeat of k-1: %+v; want the stored message", r[0])
+		}
+	})
+
 	t.Run("RollbackLeavesNothing", func(t *testing.T) {
 		need(t, h, CapTransactions, CapIdempotency)
 		e := setup(t, h)
