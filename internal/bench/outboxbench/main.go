@@ -393,9 +393,38 @@ func fresh(ctx context.Context, pool *pgxpool.Pool, opts postgres.Options) (*pos
 
 // payload returns a ~200-byte JSON document.
 func payload(group string, n int) json.RawMessage {
-	return json.RawMessage(fmt.Sprintf(`{"group":%q,"n":%d,"type":"order.updated","data":{"customer":"c-%06d","amount_cents":%d,"currency":"EUR","note":"%s"}}`,
-		group, n, n%1000000, n*7%100000, strings.Repeat("x", 80)))
+	// The bytes of
+	//	fmt.Sprintf(`{"group":%q,"n":%d,"type":"order.updated","data":{"customer":"c-%06d","amount_cents":%d,"currency":"EUR","note":"%s"}}`,
+	//		group, n, n%1000000, n*7%100000, strings.Repeat("x", 80))
+	// built with appends (a third of the time, one allocation instead of
+	// five): the producers run on the machine they measure.
+	b := make([]byte, 0, 224)
+	b = append(b, `{"group":`...)
+	b = strconv.AppendQuote(b, group)
+	b = append(b, `,"n":`...)
+	b = strconv.AppendInt(b, int64(n), 10)
+	b = append(b, `,"type":"order.updated","data":{"customer":"c-`...)
+	c := strconv.Itoa(n % 1000000)
+	for range 6 - len(c) {
+		b = append(b, '0')
+	}
+	b = append(b, c...)
+	b = append(b, `","amount_cents":`...)
+	b = strconv.AppendInt(b, int64(n*7%100000), 10)
+	b = append(b, `,"currency":"EUR","note":"`...)
+	b = append(b, payloadNote...)
+	return append(b, `"}}`...)
 }
+
+var payloadNote = strings.Repeat("x", 80)
+
+// groupNames are the enqueue benchmark's groups, group-0000 to group-0999.
+var groupNames = func() (g [1000]string) {
+	for i := range g {
+		g[i] = fmt.Sprintf("group-%04d", i)
+	}
+	return g
+}()
 
 // bulkEnqueue enqueues n messages over groups groups (message i in group
 // i%groups), in batches of 1,000 from 4 goroutines.
@@ -472,7 +501,7 @@ func benchEnqueue(ctx context.Context, c config, pool *pgxpool.Pool, per, spread
 			for i := 0; time.Now().Before(deadline); i++ {
 				base := rng.IntN(1000)
 				for j := range msgs {
-					g := fmt.Sprintf("group-%04d", (base+j%spread)%1000)
+					g := groupNames[(base+j%spread)%1000]
 					msgs[j] = outbox.Message{Topic: "bench", Group: g, Payload: payload(g, i)}
 				}
 				tx, err := pool.Begin(ctx)
