@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,7 +33,12 @@ const MaxClaimLimit = outbox.MaxClaimLimit
 // window of 4 x Limit, at least 1,000 and at most 20,000). When that window
 // is full and yields fewer than Limit messages (long backlogs behind groups
 // that are blocked), a second statement visits every group with unfinished
-// messages, so no group starves behind blocked ones.
+// messages, so no group starves behind blocked ones. The window starts
+// 10,000 sequence numbers before the first pending message the Store saw
+// last, and from the very first pending message once a second has passed
+// since a claim last read it from there: a message that becomes PENDING
+// again far behind the backlog's front (a retry coming due, a release, a
+// recovered lease) may wait up to a second longer to be claimed.
 //
 // ctx is checked before the claim starts; once started, the claim runs to
 // completion (at most 30 s) even if ctx ends, and returns the messages it
@@ -57,7 +64,9 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	run := min(s.opts.ClaimPerGroup, p.Limit)
 
 	stmt, fb := s.sql.claimAll, s.sql.claimFallbackAll
-	args := []any{now, owner, p.Limit, budget, run}
+	key := strings.Join(p.Topics, "\x00")
+	low, full := s.windows.start(key, time.Now())
+	args := []any{now, owner, p.Limit, budget, run, low}
 	if len(p.Topics) > 0 {
 		stmt, fb = s.sql.claimTopics, s.sql.claimFallbackTopics
 		args = append(args, p.Topics)
@@ -66,15 +75,18 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	if s.smallClaims.Load() {
 		settings = claimSettings
 	}
-	msgs, scanned, maxSeq, err := s.claim(ctx, settings, stmt, args)
+	msgs, win, err := s.claim(ctx, settings, stmt, args)
 	if err != nil {
 		return nil, err
 	}
+	s.windows.saw(key, win.minSeq, full)
 	s.smallClaims.Store(len(msgs) < smallClaim)
-	if len(msgs) < p.Limit && scanned >= int64(budget) {
-		args[2] = p.Limit - len(msgs)
-		args[3] = maxSeq
-		more, _, _, err := s.claim(ctx, planSettings, fb, args)
+	if len(msgs) < p.Limit && win.scanned >= int64(budget) {
+		fbArgs := []any{now, owner, p.Limit - len(msgs), win.maxSeq, run}
+		if len(p.Topics) > 0 {
+			fbArgs = append(fbArgs, p.Topics)
+		}
+		more, _, err := s.claim(ctx, planSettings, fb, fbArgs)
 		if err != nil {
 			// The first claim is committed: hand it out rather than leave
 			// it to lease recovery.
@@ -86,20 +98,25 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	return msgs, nil
 }
 
-func (s *Store) claim(ctx context.Context, settings, stmt string, args []any) ([]outbox.Message, int64, int64, error) {
+// window is what a claim read of its window: how many rows (when the
+// claim was not filled, else 0), the last sequence number of those, and
+// the first (0 when the window was empty).
+type window struct{ scanned, maxSeq, minSeq int64 }
+
+func (s *Store) claim(ctx context.Context, settings, stmt string, args []any) ([]outbox.Message, window, error) {
 	var (
-		msgs            []outbox.Message
-		scanned, maxSeq int64
-		tid             *string
+		msgs []outbox.Message
+		win  window
+		tid  *string
 	)
 	err := s.plannedWith(ctx, settings, stmt, args, func(r pgx.Rows) error {
 		var row msgRow
-		if r.RawValues()[2] == nil { // no message claimed: only the window's figures
-			dest := make([]any, 3+len(row.dest()))
-			dest[0], dest[1] = &scanned, &maxSeq
+		if r.RawValues()[3] == nil { // no message claimed: only the window's figures
+			dest := make([]any, 4+len(row.dest()))
+			dest[0], dest[1], dest[2] = &win.scanned, &win.maxSeq, &win.minSeq
 			return r.Scan(dest...)
 		}
-		dest := append([]any{&scanned, &maxSeq}, row.dest()...)
+		dest := append([]any{&win.scanned, &win.maxSeq, &win.minSeq}, row.dest()...)
 		if err := r.Scan(append(dest, &tid)...); err != nil {
 			return err
 		}
@@ -114,7 +131,75 @@ func (s *Store) claim(ctx context.Context, settings, stmt string, args []any) ([
 		return nil
 	})
 	if err != nil {
-		return msgs, 0, 0, wrapErr("claim", err)
+		return msgs, window{}, wrapErr("claim", err)
 	}
-	return msgs, scanned, maxSeq, nil
+	return msgs, win, nil
+}
+
+// Where a claim's window starts. The claim index holds an entry for every
+// message that was PENDING since the last vacuum: the entries of claimed
+// and finished messages stay, in sequence order, before the pending ones,
+// and a window read from the start walks them all (at 500,000 drained
+// messages, with autovacuum off, more than a page of them per claimed
+// message). So a claim starts its window windowMargin sequence numbers
+// before the first pending message the store saw last, and reads it from
+// the start again once windowRescan has passed since it last did.
+//
+// What it may not see until then (never longer than windowRescan): a
+// message that became PENDING again after its group's later messages were
+// seen (a retry that came due, a release, a recovered lease, an admin
+// retry) or that was committed late (its transaction drew its sequence
+// number more than windowMargin numbers earlier). Order is not at stake:
+// a group's later messages wait for their head whether or not the window
+// sees it.
+const (
+	windowMargin = 10_000
+	windowRescan = time.Second
+)
+
+// windowLows keeps, per topic filter, the first pending sequence number a
+// claim saw and when a claim last read its window from the start.
+type windowLows struct {
+	mu     sync.Mutex
+	lows   map[string]windowLow
+	margin int64         // windowMargin; tests set less
+	rescan time.Duration // windowRescan; tests set less
+}
+
+type windowLow struct {
+	seq  int64     // first pending sequence number seen, 0 for none
+	full time.Time // when the last window read from the start began
+}
+
+// start returns where the window of a claim with topic filter key, made
+// at now (the wall clock, whatever the claim's Now), starts: 0 and full
+// when it reads from the start.
+func (w *windowLows) start(key string, now time.Time) (low int64, full bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l, ok := w.lows[key]
+	if !ok || l.seq == 0 || now.Sub(l.full) >= w.rescan || now.Before(l.full) {
+		if w.lows == nil {
+			w.lows = map[string]windowLow{}
+		}
+		// Read from the start: stamped now, when the claim's snapshot
+		// is not yet taken.
+		w.lows[key] = windowLow{seq: l.seq, full: now}
+		return 0, true
+	}
+	return max(l.seq-w.margin, 0), false
+}
+
+// saw records the first sequence number of a claim's window (0 when it
+// was empty): from a window read from the start it replaces the last
+// one; from a later window only a larger one does (the window saw no
+// earlier one past its start).
+func (w *windowLows) saw(key string, first int64, full bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := w.lows[key]
+	if full || first > l.seq {
+		l.seq = first
+	}
+	w.lows[key] = l
 }

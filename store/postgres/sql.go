@@ -265,14 +265,18 @@ runs AS MATERIALIZED (
 	RETURNING {MCOLS}, m.ctid::text AS tid
 )`
 	}
+	// The window starts at $6, a sequence number no later than the first
+	// pending message of the store's last look (see windowLow), so it does
+	// not walk the index entries of the messages claimed since, which stay
+	// in the claim index until a vacuum removes them.
 	claim := func(topics bool) string {
 		tf := ""
 		if topics {
-			tf = " AND topic = ANY($6::text[])"
+			tf = " AND topic = ANY($7::text[])"
 		}
 		return q(`WITH win AS MATERIALIZED (
 	SELECT id, tenant, topic, grp, seq, next_attempt_at, ctid AS tid FROM {T}
-	WHERE status = 'PENDING' AND grp <> ''` + tf + notPaused + `
+	WHERE status = 'PENDING' AND grp <> '' AND seq >= $6` + tf + notPaused + `
 	ORDER BY seq
 	LIMIT $4
 ), heads AS MATERIALIZED (
@@ -301,12 +305,14 @@ runs AS MATERIALIZED (
 	LIMIT $3
 	FOR UPDATE OF m SKIP LOCKED
 ),` + claimTail(tf) + `
-SELECT s.scanned, s.maxseq, {UCOLS}, u.tid
+SELECT s.scanned, s.maxseq, s.minseq, {UCOLS}, u.tid
 FROM (
 	-- The window's size matters only when the runs did not fill the claim
-	-- (then every head, hence the whole window, was read already).
+	-- (then every head, hence the whole window, was read already). Its
+	-- first sequence number is its first row's (win is in order).
 	SELECT CASE WHEN (SELECT count(*) FROM runs) < $3 THEN (SELECT count(*) FROM win) ELSE 0 END AS scanned,
 		CASE WHEN (SELECT count(*) FROM runs) < $3 THEN (SELECT coalesce(max(seq), 0) FROM win) ELSE 0 END AS maxseq,
+		coalesce((SELECT seq FROM win LIMIT 1), 0) AS minseq,
 		{ASYNC} AS sc
 ) s
 LEFT JOIN upd u ON true
@@ -345,7 +351,7 @@ ORDER BY u.seq`)
 	LIMIT $3
 	FOR UPDATE OF m SKIP LOCKED
 ),` + claimTail(tf) + `
-SELECT 0::bigint AS scanned, 0::bigint AS maxseq, {UCOLS}, u.tid
+SELECT 0::bigint AS scanned, 0::bigint AS maxseq, 0::bigint AS minseq, {UCOLS}, u.tid
 FROM (SELECT {ASYNC} AS sc) s
 LEFT JOIN upd u ON true
 ORDER BY u.seq`)

@@ -125,7 +125,8 @@ type Store struct {
 	// smallClaims is set while this store's claims return few messages:
 	// the next claim then runs its generic plan (see claimSettings).
 	smallClaims atomic.Bool
-	tids        tidCache // tuple IDs of the rows this store leased
+	tids        tidCache   // tuple IDs of the rows this store leased
+	windows     windowLows // where claim windows start (claim.go)
 }
 
 // Store has the method set of every store: the ports, InTx,
@@ -176,6 +177,7 @@ func New(db DB, opts Options) (*Store, error) {
 		schema: opts.Schema,
 		prefix: opts.TablePrefix,
 	}
+	s.windows.margin, s.windows.rescan = windowMargin, windowRescan
 	s.messages = s.schema + "." + s.prefix + "messages"
 	s.attempts = s.schema + "." + s.prefix + "attempts"
 	s.pauses = s.schema + "." + s.prefix + "pauses"

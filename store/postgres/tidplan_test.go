@@ -37,7 +37,7 @@ func TestWritePathPlans(t *testing.T) {
 			}
 			// The claim's generic plan (claimSettings), which a claim after a
 			// small one runs: the same index and tuple-ID lookups.
-			claim := explainPrepared(t, ctx, pg.Pool, claimSettings, s.sql.claimAll, time.Now(), "p", 500, 2000, 100)
+			claim := explainPrepared(t, ctx, pg.Pool, claimSettings, s.sql.claimAll, time.Now(), "p", 500, 2000, 100, int64(0))
 			if !strings.Contains(claim, "<= $1") {
 				t.Errorf("claim: not the generic plan:\n%s", claim)
 			}
@@ -455,7 +455,7 @@ func TestGroupHeadPlans(t *testing.T) {
 			waiting := "Index Only Scan using " + s.prefix + "messages_group_waiting"
 			leased := "Index Only Scan using " + s.prefix + "messages_leased"
 			plans := map[string]string{
-				"claim":          explainPrepared(t, ctx, pg.Pool, claimSettings, s.sql.claimAll, time.Now(), "p", 500, 2000, 100),
+				"claim":          explainPrepared(t, ctx, pg.Pool, claimSettings, s.sql.claimAll, time.Now(), "p", 500, 2000, 100, int64(0)),
 				"fallback claim": explainPrepared(t, ctx, pg.Pool, planSettings, s.sql.claimFallbackAll, time.Now(), "p", 500, int64(0), 100),
 			}
 			for name, plan := range plans {
@@ -499,7 +499,7 @@ FROM generate_series(1, $1::int) AS i`, rows); err != nil {
 func claimPlansUseTIDs(t *testing.T, ctx context.Context, s *Store, pg testbackend.PostgresSchema) {
 	t.Helper()
 	for _, stmt := range []string{s.sql.claimAll, s.sql.claimTopics} {
-		args := []any{time.Now(), "p", 500, 2000, 100}
+		args := []any{time.Now(), "p", 500, 2000, 100, int64(0)}
 		if stmt == s.sql.claimTopics {
 			args = append(args, []string{"t"})
 		}
