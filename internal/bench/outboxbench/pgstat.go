@@ -69,32 +69,33 @@ func (b tableWork) perMessage(a tableWork, n int) string {
 }
 
 // relationWork reads the shared-buffer accesses of each table (its heap)
-// and each index of schema.
-func relationWork(ctx context.Context, pool *pgxpool.Pool, schema string) (map[string]int64, error) {
-	rows, err := pool.Query(ctx, `SELECT relname || ' (heap)', coalesce(heap_blks_read, 0) + coalesce(heap_blks_hit, 0)
+// and each index of schema, and how many of them were reads (a miss of
+// shared buffers: the page came from the operating system).
+func relationWork(ctx context.Context, pool *pgxpool.Pool, schema string) (map[string][2]int64, error) {
+	rows, err := pool.Query(ctx, `SELECT relname || ' (heap)', coalesce(heap_blks_read, 0) + coalesce(heap_blks_hit, 0), coalesce(heap_blks_read, 0)
 FROM pg_statio_user_tables WHERE schemaname = $1
 UNION ALL
-SELECT indexrelname, coalesce(idx_blks_read, 0) + coalesce(idx_blks_hit, 0)
+SELECT indexrelname, coalesce(idx_blks_read, 0) + coalesce(idx_blks_hit, 0), coalesce(idx_blks_read, 0)
 FROM pg_statio_user_indexes WHERE schemaname = $1`, schema)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	w := map[string]int64{}
+	w := map[string][2]int64{}
 	for rows.Next() {
 		var name string
-		var n int64
-		if err := rows.Scan(&name, &n); err != nil {
+		var n, read int64
+		if err := rows.Scan(&name, &n, &read); err != nil {
 			return nil, err
 		}
-		w[name] = n
+		w[name] = [2]int64{n, read}
 	}
 	return w, rows.Err()
 }
 
 // printRelationWork prints, per message, the buffer accesses of each
-// relation of schema since before.
-func printRelationWork(ctx context.Context, pool *pgxpool.Pool, schema string, before map[string]int64, n int) error {
+// relation of schema since before, and the reads among them.
+func printRelationWork(ctx context.Context, pool *pgxpool.Pool, schema string, before map[string][2]int64, n int) error {
 	after, err := relationWork(ctx, pool, schema)
 	if err != nil {
 		return err
@@ -105,8 +106,8 @@ func printRelationWork(ctx context.Context, pool *pgxpool.Pool, schema string, b
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		if d := after[k] - before[k]; d > 0 {
-			fmt.Printf("    %-40s %6.2f buffer accesses per msg\n", k, float64(d)/float64(n))
+		if d := after[k][0] - before[k][0]; d > 0 {
+			fmt.Printf("    %-40s %6.2f buffer accesses per msg (%.2f read)\n", k, float64(d)/float64(n), float64(after[k][1]-before[k][1])/float64(n))
 		}
 	}
 	return nil
