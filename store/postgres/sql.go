@@ -286,27 +286,22 @@ runs AS MATERIALIZED (
 	-- that order, lazily: no ORDER BY, so only as many heads are checked
 	-- and locked as the runs need. (Which heads come first is fairness,
 	-- not correctness: valid below re-checks every run.)
-	SELECT m.tenant, m.topic, m.grp, m.seq, c.leased
-	FROM win w CROSS JOIN LATERAL (
+	SELECT m.tenant, m.topic, m.grp, m.seq, ` + firstLeased("w") + ` AS leased
+	FROM win w JOIN {T} m ON m.ctid = w.tid
+	WHERE m.id = w.id AND w.next_attempt_at <= $1
 		-- w is its group's head: the first waiting message of the group,
 		-- one descent of the group index (ordered by its whole key, so no
 		-- other plan is cheaper, with or without statistics), and before
 		-- the group's first leased message, one descent of the lease
 		-- index, made only for a first waiting message (CASE fixes the
-		-- order: most window rows are not their group's first). OFFSET 0
-		-- keeps the subquery whole, so that descent is made once, for the
-		-- check and for the runs (its entries of finished messages stay
-		-- until a vacuum: at 500,000 drained, 21 buffers a descent).
-		SELECT CASE WHEN w.seq = (
+		-- order: most window rows are not their group's first).
+		AND CASE WHEN w.seq = (
 			SELECT b.seq FROM {T} b
 			WHERE b.tenant = w.tenant AND b.topic = w.topic AND b.grp = w.grp AND ` + waiting("b") + `
 			ORDER BY b.tenant, b.topic, b.grp, b.seq
 			LIMIT 1
-		) THEN ` + firstLeased("w") + ` END AS leased
-		OFFSET 0
-	) c JOIN {T} m ON m.ctid = w.tid
-	WHERE w.next_attempt_at <= $1 AND w.seq < c.leased
-		AND m.id = w.id AND m.status = 'PENDING' AND m.next_attempt_at <= $1
+		) THEN w.seq < ` + firstLeased("w") + ` ELSE false END
+		AND m.status = 'PENDING' AND m.next_attempt_at <= $1
 	LIMIT $3
 	FOR UPDATE OF m SKIP LOCKED
 ),` + claimTail(tf) + `

@@ -454,7 +454,9 @@ func TestGroupHeadPlans(t *testing.T) {
 	}()
 	for _, analysed := range []bool{true, false} {
 		t.Run(fmt.Sprintf("analysed=%v", analysed), func(t *testing.T) {
-			s, pg, ctx := planTableAnalysed(t, Options{}, "'k' || i", analysed)
+			// Another processor holds the head of every group (one message
+			// per group and claim), so no window row is a head.
+			s, pg, ctx := planTableAnalysed(t, Options{ClaimPerGroup: 1}, "'k' || i", analysed)
 			for range 2 {
 				if _, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 500, Owner: "other", Now: time.Now()}); err != nil {
 					t.Fatal(err)
@@ -471,12 +473,12 @@ func TestGroupHeadPlans(t *testing.T) {
 					t.Errorf("%s: no lookup of the lease index, or a table scan:\n%s", name, plan)
 				}
 			}
-			// In the heads, one lookup of each index; the lease lookup (run
+			// In the heads, a lookup of each index; the lease lookup (run
 			// with EXPLAIN ANALYZE, rolled back) only for the window rows that
 			// are first in the group index, so at most once per group (100).
 			heads := section(plans["claim"], "CTE heads", "CTE runs")
-			if strings.Count(heads, waiting) != 1 || strings.Count(heads, leased) != 1 {
-				t.Errorf("claim: not one lookup of each index in the heads:\n%s", plans["claim"])
+			if !strings.Contains(heads, waiting) || !strings.Contains(heads, leased) {
+				t.Errorf("claim: not a lookup of each index in the heads:\n%s", plans["claim"])
 			}
 			run := section(explainAnalysedRolledBack(t, ctx, s, claimSettings, s.sql.claimAll, time.Now(), "p", 500, 2000, 100, int64(0)), "CTE heads", "CTE runs")
 			w, l := loops(t, run, waiting), loops(t, run, leased)
