@@ -266,7 +266,7 @@ runs AS MATERIALIZED (
 )`
 	}
 	// The window starts at $6, a sequence number no later than the first
-	// pending message of the store's last look (see windowLow), so it does
+	// pending message of the store's last look (see windowLows), so it does
 	// not walk the index entries of the messages claimed since, which stay
 	// in the claim index until a vacuum removes them.
 	claim := func(topics bool) string {

@@ -1,9 +1,7 @@
 package postgres
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"regexp"
 	"strconv"
 	"testing"
@@ -110,7 +108,7 @@ FROM generate_series(1, $1::int) AS i`, n); err != nil {
 	}
 	buffers := func(low int64) int {
 		t.Helper()
-		plan := explainAnalysedRolledBack(t, ctx, s, planSettings, s.sql.claimAll, time.Now(), "q", 500, 2000, 100, low)
+		plan := explainIn(t, ctx, s.db, planSettings, "(ANALYZE, BUFFERS, COSTS OFF) "+s.sql.claimAll, time.Now(), "q", 500, 2000, 100, low)
 		m := regexp.MustCompile(`Index Scan using \w*messages_claim_ordered[^\n]*\n(?:[^\n]*\n)*?\s*Buffers: shared hit=(\d+)(?: read=(\d+))?`).FindStringSubmatch(plan)
 		if m == nil {
 			t.Fatalf("no buffer figures for the window's index scan:\n%s", plan)
@@ -127,36 +125,4 @@ FROM generate_series(1, $1::int) AS i`, n); err != nil {
 	if fromLow*4 > fromStart {
 		t.Fatalf("window from %d read %d index buffers, from the start %d: want under a quarter", low, fromLow, fromStart)
 	}
-}
-
-// explainAnalysedRolledBack runs sql with args and settings (as the store
-// runs it) under EXPLAIN (ANALYZE, BUFFERS) in a transaction it rolls
-// back, and returns the plan.
-func explainAnalysedRolledBack(t *testing.T, ctx context.Context, s *Store, settings, sql string, args ...any) string {
-	t.Helper()
-	tx, err := s.db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, settings); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+sql, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var plan string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan += line + "\n"
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(fmt.Errorf("explain: %w", err))
-	}
-	return plan
 }
