@@ -35,10 +35,12 @@ const MaxClaimLimit = outbox.MaxClaimLimit
 // that are blocked), a second statement visits every group with unfinished
 // messages, so no group starves behind blocked ones. The window starts
 // 10,000 sequence numbers before the first pending message the Store saw
-// last, and from the very first pending message once a second has passed
+// last (when there was none, from the largest sequence number its claims
+// saw), and from the very first pending message once a second has passed
 // since a claim last read it from there: a message that becomes PENDING
 // again far behind the backlog's front (a retry coming due, a release, a
-// recovered lease) may wait up to a second longer to be claimed.
+// recovered lease, a resumed pause) may wait up to a second longer to be
+// claimed.
 //
 // ctx is checked before the claim starts; once started, the claim runs to
 // completion (at most 30 s) even if ctx ends, and returns the messages it
@@ -79,7 +81,11 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	if err != nil {
 		return nil, err
 	}
-	s.windows.saw(key, win.minSeq, full)
+	last := win.maxSeq
+	if len(msgs) > 0 {
+		last = max(last, msgs[len(msgs)-1].Seq)
+	}
+	s.windows.saw(key, win.minSeq, last, full)
 	s.smallClaims.Store(len(msgs) < smallClaim)
 	if len(msgs) < p.Limit && win.scanned >= int64(budget) {
 		fbArgs := []any{now, owner, p.Limit - len(msgs), win.maxSeq, run}
@@ -145,6 +151,12 @@ func (s *Store) claim(ctx context.Context, settings, stmt string, args []any) ([
 // before the first pending message the store saw last, and reads it from
 // the start again once windowRescan has passed since it last did.
 //
+// A window read from the start that was empty (nothing pending: a drained
+// backlog, an idle store) starts the next ones windowMargin before the
+// sequence number after the largest one the store's claims saw, not from
+// the start: otherwise every claim of a trickle, each one after a claim
+// that took everything, would walk the whole index again.
+//
 // What it may not see until then (never longer than windowRescan): a
 // message that became PENDING again after its group's later messages were
 // seen (a retry that came due, a release, a recovered lease, an admin
@@ -168,6 +180,7 @@ type windowLows struct {
 
 type windowLow struct {
 	seq  int64     // first pending sequence number seen, 0 for none
+	high int64     // the largest sequence number a claim saw, 0 for none
 	full time.Time // when the last window read from the start began
 }
 
@@ -184,20 +197,27 @@ func (w *windowLows) start(key string, now time.Time) (low int64, full bool) {
 		}
 		// Read from the start: stamped now, when the claim's snapshot
 		// is not yet taken.
-		w.lows[key] = windowLow{seq: l.seq, full: now}
+		l.full = now
+		w.lows[key] = l
 		return 0, true
 	}
 	return max(l.seq-w.margin, 0), false
 }
 
 // saw records the first sequence number of a claim's window (0 when it
-// was empty): from a window read from the start it replaces the last
-// one; from a later window only a larger one does (the window saw no
-// earlier one past its start).
-func (w *windowLows) saw(key string, first int64, full bool) {
+// was empty) and the largest one the claim saw (its window's or its
+// messages'): from a window read from the start the first replaces the
+// last one, and an empty one is replaced by the number after the largest
+// seen so far (nothing before it was pending); from a later window only a
+// larger first does (the window saw no earlier one past its start).
+func (w *windowLows) saw(key string, first, last int64, full bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	l := w.lows[key]
+	l.high = max(l.high, last)
+	if full && first == 0 && l.high > 0 {
+		first = l.high + 1
+	}
 	if full || first > l.seq {
 		l.seq = first
 	}

@@ -125,4 +125,42 @@ FROM generate_series(1, $1::int) AS i`, n); err != nil {
 	if fromLow*4 > fromStart {
 		t.Fatalf("window from %d read %d index buffers, from the start %d: want under a quarter", low, fromLow, fromStart)
 	}
+
+	// Drained to the end, a window read from the start is empty: the next
+	// ones start near the last message claimed, not from the start (else
+	// every claim of a trickle after one that took everything would walk
+	// the whole index again).
+	var last int64
+	for {
+		ms, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 500, Owner: "p", Now: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 0 {
+			break
+		}
+		last = ms[len(ms)-1].Seq
+		p := outbox.MessageFinishParams{Owner: "p", Now: time.Now()}
+		for _, m := range ms {
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts})
+		}
+		if _, err := s.MessageFinish(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.windows.rescan = 0 // the next claim reads from the start, and finds nothing
+	if ms, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 500, Owner: "p", Now: time.Now()}); err != nil || len(ms) != 0 {
+		t.Fatalf("claim of a drained table: %v, %v", ms, err)
+	}
+	s.windows.rescan = time.Hour
+	low, full = s.windows.start("", time.Now())
+	if full || low != last+1-s.windows.margin {
+		t.Fatalf("after an empty window read from the start, the next starts at %d (from the start: %v), want %d (the last claimed %d, less the margin)",
+			low, full, last+1-s.windows.margin, last)
+	}
+	fromStart, fromLow = buffers(0), buffers(low)
+	t.Logf("drained: window index buffers: %d from the start, %d from %d", fromStart, fromLow, low)
+	if fromLow*4 > fromStart {
+		t.Fatalf("drained: window from %d read %d index buffers, from the start %d: want under a quarter", low, fromLow, fromStart)
+	}
 }
