@@ -150,13 +150,40 @@ func TestFallbackWhenRedisStops(t *testing.T) {
 
 func TestFallbackWhenRedisNeverAnswers(t *testing.T) {
 	t.Parallel()
+	// A server that accepts connections and never answers (a hung Redis),
+	// kept listening for the whole test so no other process can take its
+	// port.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	closed := ln.Addr().String()
-	_ = ln.Close()
-	rc := redis.NewClient(&redis.Options{Addr: closed, MaxRetries: -1, DialTimeout: 300 * time.Millisecond})
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		wg.Wait()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	rc := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1,
+		DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
 	t.Cleanup(func() { _ = rc.Close() })
 	f := &whatsapp.Fallback{Primary: redisstate.New(rc, redisstate.Options{}), Secondary: whatsapp.NewMemoryState(whatsapp.QuotaOptions{DefaultLimit: 1})}
 	ctx := context.Background()
