@@ -54,7 +54,8 @@ type bundle struct {
 	schema string
 	store  *seedstore.Store
 	opts   seedstore.Options
-	mysql  bool // MySQL/MariaDB: statements are rewritten by q
+	mysql  bool   // MySQL/MariaDB: statements are rewritten by q
+	dsn    string // MySQL/MariaDB: the DSN db was opened with
 }
 
 var (

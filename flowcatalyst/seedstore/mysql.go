@@ -3,6 +3,7 @@ package seedstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -184,8 +185,45 @@ func anys(ids []string) []any {
 	return out
 }
 
-// claimMySQL claims up to limit rows of t in one transaction; see NewMySQL.
+// mysqlRetries is how many times a claim or an outcome write is run again
+// after the server chose its transaction as a deadlock victim (error 1213)
+// or one of its lock waits timed out (1205). Either way the transaction is
+// rolled back whole (the store rolls back after a failed statement), so
+// nothing of it was applied and running it again is safe.
+const mysqlRetries = 5
+
+// retryMySQL runs fn, and again after a deadlock or a lock wait timeout,
+// up to mysqlRetries times, with a short growing pause between tries.
+func retryMySQL[T any](ctx context.Context, s *Store, op string, fn func() (T, error)) (T, error) {
+	for try := 0; ; try++ {
+		v, err := fn()
+		if err == nil || !mysqlRetryable(err) || try >= mysqlRetries {
+			return v, err
+		}
+		s.log.DebugContext(ctx, "seedstore: retrying a MySQL transaction", "op", op, "err", err, "try", try+1)
+		t := time.NewTimer(time.Duration(try+1) * 5 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return v, err
+		case <-t.C:
+		}
+	}
+}
+
+// mysqlRetryable reports a deadlock (1213) or a lock wait timeout (1205).
+func mysqlRetryable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
+// claimMySQL claims up to limit rows of t in one transaction, run again
+// after a deadlock or a lock wait timeout; see NewMySQL.
 func (s *Store) claimMySQL(ctx context.Context, t *table, limit int, owner string) ([]outbox.Message, error) {
+	return retryMySQL(ctx, s, "claim", func() ([]outbox.Message, error) { return s.tryClaimMySQL(ctx, t, limit, owner) })
+}
+
+func (s *Store) tryClaimMySQL(ctx context.Context, t *table, limit int, owner string) ([]outbox.Message, error) {
 	fail := func(err error) ([]outbox.Message, error) {
 		return nil, fmt.Errorf("seedstore: claim %s: %w", t.raw, err)
 	}
@@ -350,10 +388,15 @@ func queryEach(ctx context.Context, tx *sql.Tx, stmt string, args []any, each fu
 	return rows.Err()
 }
 
-// finishMySQL applies outcomes in one transaction: it locks the rows, keeps
-// the outcomes whose row is still PROCESSING with the processed_at of this
-// Store's claim (the fence), and returns the ids of the others.
+// finishMySQL applies outcomes in one transaction, run again after a
+// deadlock or a lock wait timeout: it locks the rows, keeps the outcomes
+// whose row is still PROCESSING with the processed_at of this Store's
+// claim (the fence), and returns the ids of the others.
 func (s *Store) finishMySQL(ctx context.Context, work map[*table]*perTable) ([]string, error) {
+	return retryMySQL(ctx, s, "finish", func() ([]string, error) { return s.tryFinishMySQL(ctx, work) })
+}
+
+func (s *Store) tryFinishMySQL(ctx context.Context, work map[*table]*perTable) ([]string, error) {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, fmt.Errorf("seedstore: finish: %w", err)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore"
 	"github.com/outboxkit/outboxkit/internal/testbackend"
@@ -66,7 +66,63 @@ func setupMySQL(t testing.TB) *bundle {
 	if err != nil {
 		t.Fatalf("seedstore.NewMySQL: %v", err)
 	}
-	return &bundle{db: db, schema: tdb.Name, store: st, opts: opts, mysql: true}
+	return &bundle{db: db, schema: tdb.Name, store: st, opts: opts, mysql: true, dsn: dsn}
+}
+
+// An outcome write whose row lock wait times out (error 1205: here another
+// transaction holds the row for longer than the server's 1 s wait) is run
+// again, and succeeds once the lock is released, instead of failing the
+// processor's write.
+func TestMySQLFinishRetriesALockWaitTimeout(t *testing.T) {
+	t.Parallel()
+	b := setupMySQL(t)
+	cfg, err := mysql.ParseDSN(b.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["innodb_lock_wait_timeout"] = "1" // a session variable set on every connection
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	st, err := seedstore.NewMySQL(db, b.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := b.insert(t, "EVENT", "G", `{}`, t0)
+	got := claim(t, st, 10, t0)
+	if len(got) != 1 || got[0].ID != id {
+		t.Fatalf("claimed %v, want %s", ids(got), id)
+	}
+	ctx := context.Background()
+	lock, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback() }()
+	if _, err := lock.Exec(`SELECT id FROM `+b.table("EVENT")+` WHERE id = ? FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		time.Sleep(1500 * time.Millisecond) // past the first try's 1 s wait
+		_ = lock.Rollback()
+	}()
+	t.Cleanup(func() { <-released })
+	res, err := st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p1", Now: time.Now(), Outcomes: []outbox.Outcome{
+		{Kind: outbox.OutcomeSent, Topic: got[0].Topic, ID: id, Attempt: got[0].Attempts},
+	}})
+	if err != nil || len(res.LeaseLost) != 0 {
+		t.Fatalf("MessageFinish while the row was locked for 1.5 s: %+v, %v", res, err)
+	}
+	if r := b.row(t, "EVENT", id); r.Status != "COMPLETED" {
+		t.Fatalf("row %+v, want COMPLETED", r)
+	}
 }
 
 func TestMySQLClaimKeepsFIFOPerGroup(t *testing.T) {
