@@ -177,9 +177,6 @@ func options() []option {
 	}
 }
 
-// errHelp is returned by loadConfig for -h.
-var errHelp = flag.ErrHelp
-
 // loadConfig reads defaults, then environment variables, then flags (the
 // last wins), and validates the result. Every problem is reported, each
 // naming its flag and variable.

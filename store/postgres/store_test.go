@@ -145,7 +145,7 @@ func TestEnqueueTxCommitRollbackAndIdempotency(t *testing.T) {
 	for _, bad := range []outbox.Message{
 		{Topic: "", Payload: []byte(`{}`)},
 		{Topic: "t", Payload: []byte(`not json`)},
-		{Topic: "t", Payload: []byte(`"` + strings.Repeat("x", outbox.MaxPayloadBytes) + `"`)},
+		{Topic: "t", Payload: []byte(`"` + strings.Repeat("x", outbox.DefaultMaxPayloadBytes) + `"`)},
 		{Topic: "t", Tenant: "a\x00b", Payload: []byte(`{}`)},
 		{Topic: "t", IdempotencyKey: strings.Repeat("k", 300), Payload: []byte(`{}`)},
 	} {

@@ -52,22 +52,21 @@ import (
 )
 
 type config struct {
-	dsn          string
-	quick        bool
-	enqueueFor   time.Duration
-	drainN       int
-	drainGroups  int
-	latencyRate  int
-	latencyFor   time.Duration
-	contFor      time.Duration
-	backlog      int
-	rssN         int
-	pgbench      bool
-	pgbenchFor   time.Duration
-	rounds       int
-	clients      int
-	claimBatch   int
-	processorCfg outbox.Config
+	dsn         string
+	quick       bool
+	enqueueFor  time.Duration
+	drainN      int
+	drainGroups int
+	latencyRate int
+	latencyFor  time.Duration
+	contFor     time.Duration
+	backlog     int
+	rssN        int
+	pgbench     bool
+	pgbenchFor  time.Duration
+	rounds      int
+	clients     int
+	claimBatch  int
 }
 
 func main() {

@@ -218,7 +218,7 @@ func testInbox[TTx any](t *testing.T, h Harness[TTx]) {
 			go func() {
 				tx2, err := e.b.Begin(e.ctx)
 				if err != nil {
-					done <- result{err: fmt.Errorf("Begin: %w", err)}
+					done <- result{err: fmt.Errorf("begin: %w", err)}
 					return
 				}
 				ran, err := e.handle(e.ctx, tx2, "billing", "t", "m1", nil)
