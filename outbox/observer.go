@@ -88,53 +88,73 @@ type DeliveryEvent struct {
 // NopObserver implements Observer with no-ops; embed it.
 type NopObserver struct{}
 
-func (NopObserver) OnEnqueued(context.Context, EnqueuedEvent)        {}
-func (NopObserver) OnBlockedByPolicy(context.Context, BlockedEvent)  {}
-func (NopObserver) OnAttemptStarted(context.Context, AttemptEvent)   {}
-func (NopObserver) OnAttemptFinished(context.Context, AttemptEvent)  {}
-func (NopObserver) OnSent(context.Context, AttemptEvent)             {}
-func (NopObserver) OnFailed(context.Context, AttemptEvent)           {}
+// OnEnqueued implements Observer: does nothing.
+func (NopObserver) OnEnqueued(context.Context, EnqueuedEvent) {}
+
+// OnBlockedByPolicy implements Observer: does nothing.
+func (NopObserver) OnBlockedByPolicy(context.Context, BlockedEvent) {}
+
+// OnAttemptStarted implements Observer: does nothing.
+func (NopObserver) OnAttemptStarted(context.Context, AttemptEvent) {}
+
+// OnAttemptFinished implements Observer: does nothing.
+func (NopObserver) OnAttemptFinished(context.Context, AttemptEvent) {}
+
+// OnSent implements Observer: does nothing.
+func (NopObserver) OnSent(context.Context, AttemptEvent) {}
+
+// OnFailed implements Observer: does nothing.
+func (NopObserver) OnFailed(context.Context, AttemptEvent) {}
+
+// OnDeliveryUpdated implements Observer: does nothing.
 func (NopObserver) OnDeliveryUpdated(context.Context, DeliveryEvent) {}
 
 // Observers fans hooks out to several observers, in order.
 type Observers []Observer
 
+// OnEnqueued implements Observer: calls each observer in order.
 func (os Observers) OnEnqueued(ctx context.Context, e EnqueuedEvent) {
 	for _, o := range os {
 		o.OnEnqueued(ctx, e)
 	}
 }
 
+// OnBlockedByPolicy implements Observer: calls each observer in order.
 func (os Observers) OnBlockedByPolicy(ctx context.Context, e BlockedEvent) {
 	for _, o := range os {
 		o.OnBlockedByPolicy(ctx, e)
 	}
 }
 
+// OnAttemptStarted implements Observer: calls each observer in order.
 func (os Observers) OnAttemptStarted(ctx context.Context, e AttemptEvent) {
 	for _, o := range os {
 		o.OnAttemptStarted(ctx, e)
 	}
 }
 
+// OnAttemptFinished implements Observer: calls each observer in order.
 func (os Observers) OnAttemptFinished(ctx context.Context, e AttemptEvent) {
 	for _, o := range os {
 		o.OnAttemptFinished(ctx, e)
 	}
 }
 
+// OnSent implements Observer: calls each observer in order.
 func (os Observers) OnSent(ctx context.Context, e AttemptEvent) {
 	for _, o := range os {
 		o.OnSent(ctx, e)
 	}
 }
 
+// OnFailed implements Observer: calls each observer in order.
 func (os Observers) OnFailed(ctx context.Context, e AttemptEvent) {
 	for _, o := range os {
 		o.OnFailed(ctx, e)
 	}
 }
 
+// OnDeliveryUpdated implements Observer: calls each observer in order.
 func (os Observers) OnDeliveryUpdated(ctx context.Context, e DeliveryEvent) {
 	for _, o := range os {
 		o.OnDeliveryUpdated(ctx, e)
@@ -143,6 +163,7 @@ func (os Observers) OnDeliveryUpdated(ctx context.Context, e DeliveryEvent) {
 
 // OnClaimed forwards the claim to the observers that implement
 // ClaimObserver.
+// OnClaimed implements Observer: calls each observer in order.
 func (os Observers) OnClaimed(ctx context.Context, e ClaimEvent) {
 	for _, o := range os {
 		if c, ok := o.(ClaimObserver); ok {
