@@ -35,7 +35,11 @@
 // number is unbounded). With Config.Store set, observable gauges report the
 // queue depth by status and, when the store implements outbox.Admin, the
 // age of the oldest PENDING message per topic; each collection runs one or
-// two count queries.
+// two count queries. When the store implements outbox.StorageReporter
+// (store/postgres), gauges also report each of its tables' live rows and
+// dead row versions and the age of the database's cleanup horizon: a queue
+// table whose dead rows keep growing, or a horizon thousands of
+// transactions old (a transaction left open), slows every claim.
 package outboxotel
 
 import (
@@ -72,6 +76,9 @@ const (
 	MetricReceipts         = "outbound_message_receipts"           // counter {status}: receipts that changed a message
 	MetricQueueDepth       = "outbound_message_queue_depth"        // gauge {status}
 	MetricOldestPendingAge = "outbound_message_oldest_pending_age" // gauge, seconds {topic}
+	MetricStoreLiveRows    = "outbound_store_live_rows"            // gauge {table}: outbox.StorageReporter
+	MetricStoreDeadRows    = "outbound_store_dead_rows"            // gauge {table}: dead row versions not yet removed
+	MetricStoreHorizonAge  = "outbound_store_cleanup_horizon_age"  // gauge, transactions: what holds cleanup back
 )
 
 // Attribute keys.
@@ -79,6 +86,7 @@ const (
 	AttrTopic     = attribute.Key("topic")
 	AttrErrorCode = attribute.Key("error_code")
 	AttrStatus    = attribute.Key("status")
+	AttrTable     = attribute.Key("table")
 )
 
 // Config configures a Telemetry. The zero value uses the global providers.
@@ -91,8 +99,8 @@ type Config struct {
 	// Defaults to W3C trace context (traceparent, tracestate).
 	Propagator propagation.TextMapPropagator
 	// Store, when set, backs the queue depth gauge (MessageCount across
-	// tenants) and, if it implements outbox.Admin, the oldest pending age
-	// gauge.
+	// tenants), if it implements outbox.Admin the oldest pending age gauge,
+	// and if it implements outbox.StorageReporter the storage gauges.
 	Store outbox.Store
 	// GaugeTimeout bounds the store queries of one collection. Defaults to
 	// 5 seconds.
@@ -170,9 +178,23 @@ func New(cfg Config) (*Telemetry, error) {
 		if err := errors.Join(errs...); err != nil {
 			return nil, err
 		}
+		g := gauges{depth: depth, oldest: oldest}
+		insts := []metric.Observable{depth, oldest}
+		if _, ok := cfg.Store.(outbox.StorageReporter); ok {
+			g.live, err = m.Int64ObservableGauge(MetricStoreLiveRows, metric.WithDescription("Live rows of each of the store's tables (the database's estimate)."), metric.WithUnit("{row}"))
+			errs = append(errs, err)
+			g.dead, err = m.Int64ObservableGauge(MetricStoreDeadRows, metric.WithDescription("Dead row versions of each of the store's tables, not yet removed by a cleanup (the database's estimate)."), metric.WithUnit("{row}"))
+			errs = append(errs, err)
+			g.horizon, err = m.Int64ObservableGauge(MetricStoreHorizonAge, metric.WithDescription("Age of the oldest transaction ID the database's cleanup must keep (an open transaction, a replication slot), in transactions."), metric.WithUnit("{transaction}"))
+			errs = append(errs, err)
+			if err := errors.Join(errs...); err != nil {
+				return nil, err
+			}
+			insts = append(insts, g.live, g.dead, g.horizon)
+		}
 		t.reg, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-			return t.observe(ctx, o, depth, oldest)
-		}, depth, oldest)
+			return t.observe(ctx, o, g)
+		}, insts...)
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -189,9 +211,33 @@ func (t *Telemetry) Close() error {
 	return nil
 }
 
-func (t *Telemetry) observe(ctx context.Context, o metric.Observer, depth metric.Int64ObservableGauge, oldest metric.Float64ObservableGauge) error {
+// gauges are the observable instruments; live, dead and horizon are nil
+// unless the store implements outbox.StorageReporter.
+type gauges struct {
+	depth, live, dead, horizon metric.Int64ObservableGauge
+	oldest                     metric.Float64ObservableGauge
+}
+
+func (t *Telemetry) observe(ctx context.Context, o metric.Observer, g gauges) error {
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.GaugeTimeout)
 	defer cancel()
+	err := t.observeQueue(ctx, o, g.depth, g.oldest)
+	if sr, ok := t.cfg.Store.(outbox.StorageReporter); ok && g.live != nil {
+		st, serr := sr.StorageStats(ctx)
+		if serr != nil {
+			return errors.Join(err, serr)
+		}
+		for _, tb := range st.Tables {
+			attr := metric.WithAttributes(AttrTable.String(tb.Name))
+			o.ObserveInt64(g.live, tb.LiveRows, attr)
+			o.ObserveInt64(g.dead, tb.DeadRows, attr)
+		}
+		o.ObserveInt64(g.horizon, st.Horizon.AgeTransactions)
+	}
+	return err
+}
+
+func (t *Telemetry) observeQueue(ctx context.Context, o metric.Observer, depth metric.Int64ObservableGauge, oldest metric.Float64ObservableGauge) error {
 	if a, ok := t.cfg.Store.(outbox.Admin); ok {
 		stats, err := a.TopicStats(ctx, outbox.TopicStatsParams{})
 		if err != nil {
