@@ -16,7 +16,8 @@
 // filter for them; cancelling one releases its group. The API, under
 // /outbox/api/:
 //
-//	GET    api/stats                       counts by status and oldest pending age per topic, pauses
+//	GET    api/stats                       counts by status and oldest pending age per topic, pauses,
+//	                                       and the storage report when the store has one (outbox.StorageReporter)
 //	GET    api/messages?FILTER             messages of every tenant, paged (after_seq, limit)
 //	GET    api/messages/{id}?tenant=T      one message with its attempts
 //	POST   api/messages/{id}/requeue?tenant=T   a FAILED message back to PENDING
@@ -280,7 +281,26 @@ type Stats struct {
 	Topics []TopicStat             `json:"topics"`
 	Totals map[outbox.Status]int64 `json:"totals"`
 	Pauses []Pause                 `json:"pauses"`
-	Now    time.Time               `json:"now"`
+	// Storage is set when the store implements outbox.StorageReporter.
+	Storage *Storage  `json:"storage,omitempty"`
+	Now     time.Time `json:"now"`
+}
+
+// Storage is the JSON form of an outbox.StorageStats.
+type Storage struct {
+	Tables  []TableStorage `json:"tables"`
+	Horizon struct {
+		AgeTransactions int64  `json:"age_transactions"`
+		Holder          string `json:"holder,omitempty"`
+	} `json:"horizon"`
+}
+
+// TableStorage is the JSON form of an outbox.TableStorage.
+type TableStorage struct {
+	Name        string     `json:"name"`
+	LiveRows    int64      `json:"live_rows"`
+	DeadRows    int64      `json:"dead_rows"`
+	LastCleanup *time.Time `json:"last_cleanup,omitempty"`
 }
 
 func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
@@ -310,6 +330,18 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 		for st, n := range s.Counts {
 			out.Totals[st] += n
 		}
+	}
+	if sr, ok := h.store.(outbox.StorageReporter); ok {
+		st, err := sr.StorageStats(r.Context())
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		out.Storage = &Storage{Tables: []TableStorage{}}
+		for _, t := range st.Tables {
+			out.Storage.Tables = append(out.Storage.Tables, TableStorage{Name: t.Name, LiveRows: t.LiveRows, DeadRows: t.DeadRows, LastCleanup: optTime(t.LastCleanup)})
+		}
+		out.Storage.Horizon.AgeTransactions, out.Storage.Horizon.Holder = st.Horizon.AgeTransactions, st.Horizon.Holder
 	}
 	writeJSON(w, http.StatusOK, out)
 }

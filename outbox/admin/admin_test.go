@@ -252,6 +252,9 @@ func TestAPI(t *testing.T) {
 		stats.Topics[0].Counts[outbox.StatusPending] != 2 || stats.Topics[1].Counts[outbox.StatusFailed] != 1 || stats.Totals[outbox.StatusFailed] != 4 {
 		t.Fatalf("stats = %+v", stats)
 	}
+	if stats.Storage != nil {
+		t.Errorf("a store without a storage report (sqlite) answered one: %+v", stats.Storage)
+	}
 	if stats.Topics[0].OldestPendingAt == nil || stats.Topics[0].OldestPendingAgeSeconds < 0 {
 		t.Errorf("orders has PENDING messages but no oldest pending time: %+v", stats.Topics[0])
 	}

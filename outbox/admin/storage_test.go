@@ -1,0 +1,75 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outboxkit/internal/testbackend"
+	"github.com/outboxkit/outboxkit/outbox/admin"
+	"github.com/outboxkit/outboxkit/store/postgres"
+)
+
+// TestStatsCarryTheStorageReport: on a store that reports its storage
+// (PostgreSQL), GET api/stats carries each of its tables and the cleanup
+// horizon, and names the session whose open transaction holds it back.
+func TestStatsCarryTheStorageReport(t *testing.T) {
+	t.Parallel()
+	pg := testbackend.Postgres(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := postgres.New(pg.Pool, postgres.Options{Schema: pg.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, err := admin.New(admin.Config{Store: st, Authorize: authorize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	tx, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT txid_current()`); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := pg.Pool.Exec(ctx, `SELECT txid_current()`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/stats", nil)
+	req.Header.Set("Authorization", token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var stats admin.Stats
+	if err := json.NewDecoder(res.Body).Decode(&stats); err != nil || res.StatusCode != 200 {
+		t.Fatalf("stats: %d, %v", res.StatusCode, err)
+	}
+	if stats.Storage == nil {
+		t.Fatal("no storage report")
+	}
+	found := false
+	for _, tb := range stats.Storage.Tables {
+		found = found || tb.Name == st.MessagesTable()
+	}
+	if !found {
+		t.Errorf("storage tables %+v, want %s among them", stats.Storage.Tables, st.MessagesTable())
+	}
+	if stats.Storage.Horizon.AgeTransactions < 3 || stats.Storage.Horizon.Holder == "" {
+		t.Errorf("horizon %+v with a transaction open for 3 others, want an age of 3 or more and its holder", stats.Storage.Horizon)
+	}
+}
