@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -462,4 +463,52 @@ func or(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// errNoStorageReport is returned by storage for a store that does not
+// implement outbox.StorageReporter.
+var errNoStorageReport = errors.New("the store does not report its storage (store/postgres does)")
+
+func cmdStorage(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("storage", flag.ContinueOnError)
+	var c conn
+	c.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	t, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	sr, ok := t.store.(outbox.StorageReporter)
+	if !ok {
+		return fmt.Errorf("%s: %w", t.kind, errNoStorageReport)
+	}
+	st, err := sr.StorageStats(ctx)
+	if err != nil {
+		return err
+	}
+	printStorage(out, st)
+	return nil
+}
+
+// printStorage prints a storage report: a table per table, then the
+// cleanup horizon.
+func printStorage(out io.Writer, st outbox.StorageStats) {
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TABLE\tLIVE ROWS\tDEAD ROWS\tLAST VACUUM")
+	for _, tb := range st.Tables {
+		last := "never"
+		if !tb.LastCleanup.IsZero() {
+			last = tb.LastCleanup.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", tb.Name, tb.LiveRows, tb.DeadRows, last)
+	}
+	_ = tw.Flush()
+	if st.Horizon.Holder == "" {
+		fmt.Fprintln(out, "cleanup horizon: nothing holds it back")
+		return
+	}
+	fmt.Fprintf(out, "cleanup horizon: %d transactions old, held by %s\n", st.Horizon.AgeTransactions, st.Horizon.Holder)
 }

@@ -13,6 +13,7 @@
 //	outboxctl prune    --url URL --older-than 720h [--chunk 1000]
 //	outboxctl pause    --url URL [--topic T [--group G] [--tenant T]]
 //	outboxctl resume   --url URL --topic T [--group G] [--tenant T]
+//	outboxctl storage  --url URL
 //
 // FILTER: --status, --topic, --group, --tenant (comma-separated for
 // several), --error-code, --created-after, --created-before (RFC 3339).
@@ -65,6 +66,8 @@ commands:
   prune                        delete finished messages older than --older-than
   pause, resume                stop or restart the claiming of a --topic (or one --group of it);
                                pause without --topic lists the pauses
+  storage                      the tables' live and dead rows, their last vacuum, and what
+                               holds the database's cleanup back (PostgreSQL)
 
 URL: postgres://…, mysql://user@host:3306/db, sqlite:///path/file.db,
 mongodb://host:27017/db (or $OUTBOXCTL_URL).
@@ -102,6 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdPrune(ctx, args[1:], stdout)
 	case "pause", "resume":
 		err = cmdPause(ctx, args[0], args[1:], stdout)
+	case "storage":
+		err = cmdStorage(ctx, args[1:], stdout)
 	default:
 		err = usagef("unknown command %q", args[0])
 	}

@@ -327,3 +327,39 @@ func operatorSession(t *testing.T, url string, st outbox.Store, enqueue func(con
 func regexpLine(out, pattern string) bool {
 	return regexp.MustCompile(`(?m)^\s*` + pattern + `\s*$`).MatchString(out)
 }
+
+// TestStoragePostgres: `storage` prints each of the store's tables and the
+// session whose open transaction holds the cleanup back; on a store that
+// does not report its storage it fails, saying so.
+func TestStoragePostgres(t *testing.T) {
+	t.Parallel()
+	pg := testbackend.Postgres(t, 2)
+	mustCtl(t, "migrate", "up", "--url", pg.DSN, "--schema", pg.Name)
+	ctx := context.Background()
+	tx, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT txid_current()`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, `SELECT txid_current()`); err != nil { // one transaction after it
+		t.Fatal(err)
+	}
+	out := mustCtl(t, "storage", "--url", pg.DSN, "--schema", pg.Name)
+	t.Log("\n" + out)
+	for _, want := range []string{"TABLE", pg.Name + ".outbox_messages", pg.Name + ".outbox_attempts", "cleanup horizon:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("storage output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "nothing holds it back") {
+		t.Errorf("storage output with a transaction open says nothing holds the horizon back:\n%s", out)
+	}
+
+	code, _, errOut := ctl(t, "storage", "--url", "sqlite:"+filepath.Join(t.TempDir(), "s.db"))
+	if code != 1 || !strings.Contains(errOut, "does not report its storage") {
+		t.Errorf("storage on SQLite: exit %d, %q; want 1 and the reason", code, errOut)
+	}
+}
