@@ -54,7 +54,10 @@
 // (plus 1,000), analyze after 2%, and little cost-based delay. Keep
 // transactions short on the database (a long-running transaction holds back
 // vacuum for every table), prune finished messages with MessagePrune on a
-// schedule, and watch n_dead_tup in pg_stat_user_tables. Topics that need
+// schedule, and watch the tables' dead rows and the cleanup horizon:
+// Store.StorageStats reports both, and names what holds the horizon back
+// (outbox/otel turns them into gauges, outboxctl storage prints them).
+// Topics that need
 // no record of what was sent can be listed in Options.DeleteSentTopics: their
 // messages are deleted when sent, which roughly halves the rows and index
 // entries written per message.
