@@ -39,7 +39,7 @@ func TestStorageStats(t *testing.T) {
 	defer func() {
 		if !released {
 			conn.Release()
-	released = true
+			released = true
 		}
 	}()
 	const n = 500
