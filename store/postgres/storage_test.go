@@ -39,7 +39,6 @@ func TestStorageStats(t *testing.T) {
 	defer func() {
 		if !released {
 			conn.Release()
-			released = true
 		}
 	}()
 	const n = 500
@@ -58,6 +57,7 @@ FROM generate_series(1, $1::int) AS i`, n); err != nil {
 		t.Fatal(err)
 	}
 	conn.Release()
+	released = true
 	deadline := time.Now().Add(15 * time.Second)
 	var msgs outbox.TableStorage
 	for {
