@@ -10,7 +10,8 @@
 //	})
 //	mux.Handle("/outbox/", http.StripPrefix("/outbox", h))
 //
-// The dashboard is at /outbox/: counts per topic, the dead letters (with
+// The dashboard is at /outbox/: counts per topic, the storage report when
+// the store has one (outbox.StorageReporter), the dead letters (with
 // Requeue, Cancel and their attempt history), and which dead letters hold
 // their group under the block policy (outbox.DeadLetterBlock), with a
 // filter for them; cancelling one releases its group. The API, under

@@ -41,25 +41,7 @@ func TestDashboardInChromium(t *testing.T) {
 	t.Parallel()
 	exe := chromium(t)
 	f := newFixture(t)
-
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(exe),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-	}
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(f.ctx, opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx)
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelT()
+	ctx := browser(t, f.ctx, exe)
 
 	// A dead letter that holds its group (tenant C, group g1) with the
 	// group's next message behind it.
@@ -87,18 +69,9 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 		return v
 	}
-	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
-	if _, err := chromedp.Call(ctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": token}}); err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
-	err = chromedp.Do(ctx,
-		chromedp.Navigate(f.srv.URL+"/ops/"),
-		chromedp.WaitVisible(css(`body[data-loaded="true"]`)),
-	)
-	if err != nil {
-		t.Fatalf("chromium: load: %v", err)
+	open(t, ctx, f.srv.URL+"/ops/")
+	if hidden := eval(`String(document.getElementById("storage").hidden)`); hidden != "true" {
+		t.Errorf("the storage section shows for a store without a storage report (sqlite)")
 	}
 	ordersFailed := text(`#stats tr[data-topic="orders"] td[data-status="FAILED"]`)
 	ordersPending := text(`#stats tr[data-topic="orders"] td[data-status="PENDING"]`)
@@ -207,6 +180,50 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	if !gotNext {
 		t.Errorf("after the cancel a claim got %d messages, none of them group g1's next message %s", len(claimed), next.ID)
+	}
+}
+
+// browser starts a headless Chromium (exe) for the test and returns its
+// context, bounded to 90 s.
+func browser(t *testing.T, parent context.Context, exe string) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(parent, opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancel)
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(cancelT)
+	return ctx
+}
+
+// open loads the dashboard at url with the operator token and waits until
+// its first load is done.
+func open(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
+	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	if _, err := chromedp.Call(ctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": token}}); err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(url),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-loaded="true"]`)),
+	)
+	if err != nil {
+		t.Fatalf("chromium: load: %v", err)
 	}
 }
 

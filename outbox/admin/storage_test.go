@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 
 	"github.com/outboxkit/outboxkit/internal/testbackend"
 	"github.com/outboxkit/outboxkit/outbox/admin"
@@ -71,5 +74,72 @@ func TestStatsCarryTheStorageReport(t *testing.T) {
 	}
 	if stats.Storage.Horizon.AgeTransactions < 3 || stats.Storage.Horizon.Holder == "" {
 		t.Errorf("horizon %+v with a transaction open for 3 others, want an age of 3 or more and its holder", stats.Storage.Horizon)
+	}
+}
+
+// TestDashboardStorageInChromium: on PostgreSQL the dashboard shows the
+// storage report: the messages table with its live rows, and the session
+// whose open transaction holds the cleanup back.
+func TestDashboardStorageInChromium(t *testing.T) {
+	t.Parallel()
+	exe := chromium(t)
+	pg := testbackend.Postgres(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := postgres.New(pg.Pool, postgres.Options{Schema: pg.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO `+st.MessagesTable()+` (id, tenant, topic, grp, idempotency_key, status, next_attempt_at, created_at, updated_at, payload)
+SELECT 'm' || i, '', 't', '', 'm' || i, 'PENDING', now(), now(), now(), '{}'::json FROM generate_series(1, 50) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	// The statistics count the rows once analysed (the insert's own report
+	// may come up to 10 s later).
+	if _, err := pg.Pool.Exec(ctx, `ANALYZE `+st.MessagesTable()); err != nil {
+		t.Fatal(err)
+	}
+	h, err := admin.New(admin.Config{Store: st, Authorize: authorize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/ops/", http.StripPrefix("/ops", h))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	tx, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT txid_current()`); err != nil {
+		t.Fatal(err)
+	}
+
+	bctx := browser(t, ctx, exe)
+	open(t, bctx, srv.URL+"/ops/")
+	hidden, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.getElementById("storage").hidden`))
+	if err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	live, err := chromedp.Run(bctx, chromedp.Evaluate[string](`(document.querySelector('#storage-tables tr[data-table="`+st.MessagesTable()+`"] td[data-live]') || {}).textContent || ""`))
+	if err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	horizon, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`#horizon`)))
+	if err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	if hidden {
+		t.Fatal("the storage section is hidden on PostgreSQL")
+	}
+	if live != "50" {
+		t.Errorf("the messages table shows %q live rows, want 50", live)
+	}
+	if !strings.Contains(horizon, "held by session") {
+		t.Errorf("the horizon line reads %q with a transaction open, want it to name the session", horizon)
 	}
 }

@@ -66,6 +66,22 @@
       el("td", { class: "n", "data-age": t.oldest_pending_age_seconds }, age(t.oldest_pending_age_seconds)),
       el("td", { class: "paused" }, (paused.get(t.topic) || []).join(", ")))));
     document.getElementById("updated").textContent = "updated " + when(s.now);
+    loadStorage(s.storage);
+  }
+
+  // loadStorage shows the store's storage report, when it has one: dead
+  // row versions that keep growing, or a cleanup horizon held by a
+  // transaction left open, slow every claim.
+  function loadStorage(st) {
+    document.getElementById("storage").hidden = !st;
+    if (!st) return;
+    document.querySelector("#storage-tables tbody").replaceChildren(...st.tables.map((t) => el("tr", { "data-table": t.name },
+      el("td", {}, el("code", {}, t.name)), el("td", { class: "n", "data-live": t.live_rows }, t.live_rows),
+      el("td", { class: "n", "data-dead": t.dead_rows }, t.dead_rows), el("td", {}, t.last_cleanup ? when(t.last_cleanup) : "never"))));
+    const h = st.horizon;
+    document.getElementById("horizon").textContent = h.holder ?
+      "Cleanup horizon: " + h.age_transactions + " transactions old, held by " + h.holder + "." :
+      "Cleanup horizon: nothing holds it back.";
   }
 
   async function loadDead(append) {
