@@ -85,3 +85,29 @@ func Postgres(t testing.TB, maxConns int32) PostgresSchema {
 	})
 	return PostgresSchema{Pool: pool, Name: name, DSN: dsn}
 }
+
+// HoldHorizon opens a transaction on a connection of p that holds
+// PostgreSQL's cleanup horizon (it has a transaction ID), runs after more
+// transactions after it on other connections, and returns the holding
+// session's process ID. The transaction is rolled back when t ends; p
+// needs a connection free besides the one it holds.
+func (p PostgresSchema) HoldHorizon(t testing.TB, after int) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tx, err := p.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatalf("testbackend: hold the horizon: %v", err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	var pid int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM (SELECT txid_current()) x`).Scan(&pid); err != nil {
+		t.Fatalf("testbackend: hold the horizon: %v", err)
+	}
+	for range after {
+		if _, err := p.Pool.Exec(ctx, `SELECT txid_current()`); err != nil {
+			t.Fatalf("testbackend: a transaction after the horizon: %v", err)
+		}
+	}
+	return pid
+}

@@ -38,19 +38,7 @@ func TestStatsCarryTheStorageReport(t *testing.T) {
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 
-	tx, err := pg.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT txid_current()`); err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		if _, err := pg.Pool.Exec(ctx, `SELECT txid_current()`); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pg.HoldHorizon(t, 3)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/stats", nil)
 	req.Header.Set("Authorization", token)
 	res, err := http.DefaultClient.Do(req)
@@ -110,14 +98,7 @@ SELECT 'm' || i, '', 't', '', 'm' || i, 'PENDING', now(), now(), now(), '{}'::js
 	mux.Handle("/ops/", http.StripPrefix("/ops", h))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	tx, err := pg.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT txid_current()`); err != nil {
-		t.Fatal(err)
-	}
+	pg.HoldHorizon(t, 0)
 
 	bctx := browser(t, ctx, exe)
 	open(t, bctx, srv.URL+"/ops/")

@@ -54,19 +54,7 @@ SELECT 'm' || i, '', 't', '', 'm' || i, 'PENDING', now(), now(), now(), '{}'::js
 	}
 	conn.Release()
 	// A transaction left open while 3 others run.
-	tx, err := pg.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT txid_current()`); err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		if _, err := pg.Pool.Exec(ctx, `SELECT txid_current()`); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pg.HoldHorizon(t, 3)
 
 	table := attribute.NewSet(outboxotel.AttrTable.String(st.MessagesTable()))
 	var rm metricdata.ResourceMetrics

@@ -335,18 +335,7 @@ func TestStoragePostgres(t *testing.T) {
 	t.Parallel()
 	pg := testbackend.Postgres(t, 2)
 	mustCtl(t, "migrate", "up", "--url", pg.DSN, "--schema", pg.Name)
-	ctx := context.Background()
-	tx, err := pg.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT txid_current()`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pg.Pool.Exec(ctx, `SELECT txid_current()`); err != nil { // one transaction after it
-		t.Fatal(err)
-	}
+	pid := pg.HoldHorizon(t, 1)
 	out := mustCtl(t, "storage", "--url", pg.DSN, "--schema", pg.Name)
 	t.Log("\n" + out)
 	for _, want := range []string{"TABLE", pg.Name + ".outbox_messages", pg.Name + ".outbox_attempts", "cleanup horizon:"} {
@@ -355,7 +344,7 @@ func TestStoragePostgres(t *testing.T) {
 		}
 	}
 	if strings.Contains(out, "nothing holds it back") {
-		t.Errorf("storage output with a transaction open says nothing holds the horizon back:\n%s", out)
+		t.Errorf("storage output with a transaction open (session %d) says nothing holds the horizon back:\n%s", pid, out)
 	}
 
 	code, _, errOut := ctl(t, "storage", "--url", "sqlite:"+filepath.Join(t.TempDir(), "s.db"))
