@@ -16,14 +16,13 @@ import (
 	"github.com/outboxkit/outboxkit/store/postgres"
 )
 
-// TestStatsCarryTheStorageReport: on a store that reports its storage
-// (PostgreSQL), GET api/stats carries each of its tables and the cleanup
-// horizon, and names the session whose open transaction holds it back.
-func TestStatsCarryTheStorageReport(t *testing.T) {
-	t.Parallel()
+// pgStore returns a migrated PostgreSQL store in a fresh schema, and a
+// context for the test.
+func pgStore(t *testing.T) (testbackend.PostgresSchema, *postgres.Store, context.Context) {
+	t.Helper()
 	pg := testbackend.Postgres(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
 	st, err := postgres.New(pg.Pool, postgres.Options{Schema: pg.Name})
 	if err != nil {
 		t.Fatal(err)
@@ -31,6 +30,15 @@ func TestStatsCarryTheStorageReport(t *testing.T) {
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return pg, st, ctx
+}
+
+// TestStatsCarryTheStorageReport: on a store that reports its storage
+// (PostgreSQL), GET api/stats carries each of its tables and the cleanup
+// horizon, and names the session whose open transaction holds it back.
+func TestStatsCarryTheStorageReport(t *testing.T) {
+	t.Parallel()
+	pg, st, ctx := pgStore(t)
 	h, err := admin.New(admin.Config{Store: st, Authorize: authorize})
 	if err != nil {
 		t.Fatal(err)
@@ -71,16 +79,7 @@ func TestStatsCarryTheStorageReport(t *testing.T) {
 func TestDashboardStorageInChromium(t *testing.T) {
 	t.Parallel()
 	exe := chromium(t)
-	pg := testbackend.Postgres(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	st, err := postgres.New(pg.Pool, postgres.Options{Schema: pg.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	pg, st, ctx := pgStore(t)
 	if _, err := pg.Pool.Exec(ctx, `INSERT INTO `+st.MessagesTable()+` (id, tenant, topic, grp, idempotency_key, status, next_attempt_at, created_at, updated_at, payload)
 SELECT 'm' || i, '', 't', '', 'm' || i, 'PENDING', now(), now(), now(), '{}'::json FROM generate_series(1, 50) AS i`); err != nil {
 		t.Fatal(err)
