@@ -39,8 +39,8 @@ func main() {
 // options are the command line and environment settings (a flag wins over
 // its MSGSVC_* variable).
 type options struct {
-	addr, store, dsn, pgSchema, orgsFile, graphURL, graphVersion, redisAddr, logFormat string
-	quotaPerDay                                                                        int64
+	addr, store, dsn, pgSchema, orgsFile, graphURL, graphVersion, redisAddr, logFormat, adminToken string
+	quotaPerDay                                                                                    int64
 }
 
 func parse(args []string, getenv func(string) string, out io.Writer) (options, error) {
@@ -67,6 +67,7 @@ func parse(args []string, getenv func(string) string, out io.Writer) (options, e
 	}
 	fs.Int64Var(&o.quotaPerDay, "quota-per-day", quota, "WhatsApp messages per organisation per 24 hours (MSGSVC_QUOTA_PER_DAY); 0: 1000")
 	fs.StringVar(&o.logFormat, "log-format", env("MSGSVC_LOG_FORMAT", "text"), "text or json (MSGSVC_LOG_FORMAT)")
+	fs.StringVar(&o.adminToken, "admin-token", env("MSGSVC_ADMIN_TOKEN", ""), "serve the outbox admin API and dashboard under /admin/ to this token, at least 16 characters (MSGSVC_ADMIN_TOKEN; prefer the variable: a flag shows in the process list); empty: not served, or the demo token in demo mode")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -79,6 +80,9 @@ func parse(args []string, getenv func(string) string, out io.Writer) (options, e
 	if o.logFormat != "text" && o.logFormat != "json" {
 		return o, fmt.Errorf("-log-format must be text or json")
 	}
+	if o.adminToken != "" && len(o.adminToken) < 16 {
+		return o, errors.New("-admin-token must be at least 16 characters")
+	}
 	if o.orgsFile == "" && o.graphURL != "" {
 		return o, errors.New("-graph-url needs -orgs: the real Cloud API needs each organisation's credentials")
 	}
@@ -88,6 +92,10 @@ func parse(args []string, getenv func(string) string, out io.Writer) (options, e
 // demoKeys are the demo organisations' API keys, used only when no -orgs
 // file is given (and so only with the fake Cloud API).
 var demoKeys = map[string]string{"org-1": "demo-key-org-1-0123456789", "org-2": "demo-key-org-2-0123456789"}
+
+// demoAdminToken opens the admin dashboard in demo mode, when no
+// -admin-token is given.
+const demoAdminToken = "demo-admin-0123456789"
 
 func randomHex() string {
 	var b [16]byte
@@ -115,8 +123,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	base := "http://" + ln.Addr().String()
 
 	cfg := service.Config{Store: o.store, DSN: o.dsn, PostgresSchema: o.pgSchema, GraphBaseURL: o.graphURL,
-		GraphAPIVersion: o.graphVersion, RedisAddr: o.redisAddr, QuotaPerDay: o.quotaPerDay, Logger: log}
+		GraphAPIVersion: o.graphVersion, RedisAddr: o.redisAddr, QuotaPerDay: o.quotaPerDay, Logger: log, AdminToken: o.adminToken}
 	demo := o.orgsFile == ""
+	if demo && cfg.AdminToken == "" {
+		cfg.AdminToken = demoAdminToken
+	}
 	var fake *fakewa.Server
 	if demo {
 		phones := map[string]fakewa.Phone{}
@@ -177,6 +188,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			"-H 'Content-Type: application/json' -d '{\"dossierId\":42,\"channel\":\"WHATSAPP\",\"to\":\"+33612345678\",\"templateCode\":\"hello_world\",\"payloadJson\":{\"language\":\"en_US\"}}'\n\n"+
 			"then GET %s/api/v1/outbound/messages/{id} with the same headers (QUEUED -> SENT -> DELIVERED).\n\n",
 			base, demoKeys["org-1"], base)
+		if cfg.AdminToken == demoAdminToken {
+			fmt.Fprintf(out, "The outbox dashboard: %s%s (any user name, password %s).\n\n", base, service.AdminPath, demoAdminToken)
+		}
 	}
 
 	var runErr error

@@ -100,6 +100,24 @@ func TestDemoRun(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// The printed dashboard opens with the demo admin token.
+	if !strings.Contains(out.String(), "The outbox dashboard: "+base+"/admin/ (any user name, password "+demoAdminToken+")") {
+		t.Errorf("no dashboard line printed:\n%s", out)
+	}
+	req, _ := http.NewRequest("GET", base+"/admin/api/stats", nil)
+	req.SetBasicAuth("me", demoAdminToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats struct {
+		Totals map[string]int64 `json:"totals"`
+	}
+	err = json.NewDecoder(res.Body).Decode(&stats)
+	_ = res.Body.Close()
+	if err != nil || res.StatusCode != 200 || stats.Totals["DELIVERED"] != 1 {
+		t.Errorf("admin stats with the demo token: %d %+v %v", res.StatusCode, stats, err)
+	}
 	cancel()
 	select {
 	case err := <-done:
@@ -126,6 +144,7 @@ func TestParseRefusesMisconfiguration(t *testing.T) {
 	for _, args := range [][]string{
 		{"-graph-url", "https://graph.facebook.com"},
 		{"-log-format", "xml"},
+		{"-admin-token", "short"},
 		{"extra"},
 	} {
 		if _, err := parse(args, func(string) string { return "" }, io.Discard); err == nil {

@@ -77,14 +77,15 @@ func TestConfigFailsLoudly(t *testing.T) {
 		"dup org":       {Orgs: []Org{good, good}, GraphBaseURL: "http://x"},
 		"no secret":     {Orgs: []Org{{ID: "o", APIKey: good.APIKey}}, GraphBaseURL: "http://x"},
 		"bad schema":    {Store: "postgres", DSN: "postgres://x", PostgresSchema: "Bad-Name", Orgs: []Org{good}, GraphBaseURL: "http://x"},
+		"short admin":   {Orgs: []Org{good}, GraphBaseURL: "http://x", AdminToken: "short-token"},
 	}
 	for name, c := range cases {
 		c.DSN = cmpOr(c.DSN, filepath.Join(t.TempDir(), "c.db"))
 		if s, err := New(t.Context(), c); err == nil {
 			_ = s.Close()
 			t.Errorf("%s: no error", name)
-		} else if strings.Contains(err.Error(), good.APIKey) {
-			t.Errorf("%s: the error shows the API key: %v", name, err)
+		} else if strings.Contains(err.Error(), good.APIKey) || strings.Contains(err.Error(), "short-token") {
+			t.Errorf("%s: the error shows a secret: %v", name, err)
 		}
 	}
 }

@@ -102,7 +102,16 @@ type Config struct {
 	MaxBodyBytes int64
 	// Logger receives structured logs. Defaults to discarding them.
 	Logger *slog.Logger
+	// AdminToken, when set, serves outboxkit's admin API and dashboard
+	// (outbox/admin: every organisation's messages, dead letters, requeue,
+	// pauses) under AdminPath to requests with "Authorization: Bearer
+	// <AdminToken>". At least 16 characters. Empty: not served.
+	AdminToken string
 }
+
+// AdminPath is where the admin API and dashboard are served when
+// Config.AdminToken is set.
+const AdminPath = "/admin/"
 
 var pgSchemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
@@ -130,6 +139,9 @@ func (c *Config) defaults() error {
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = 16
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < 16 {
+		return errors.New("config: the admin token must be at least 16 characters")
 	}
 	if len(c.Orgs) == 0 {
 		return errors.New("config: no organisations configured")
@@ -291,6 +303,11 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	s.webhook = hook
 	s.ob = outbox.New(s.enqueuer(), outbox.Options{Policy: consentPolicy{s: s}})
 	s.mux = s.routes()
+	if cfg.AdminToken != "" {
+		if err := s.mountAdmin(); err != nil {
+			return nil, err
+		}
+	}
 	s.ready.Store(true)
 	ok = true
 	return s, nil
