@@ -112,3 +112,29 @@ func ExampleElector() {
 	//	go el.Run(ctx, nil)
 	//	outbox.Run(ctx, store, publisher, outbox.Config{Leader: el})
 }
+
+// Watching what a queue table costs the database: dead row versions that
+// keep growing, or a cleanup horizon held by a transaction left open, slow
+// every claim. outbox/otel reports the same figures as gauges.
+func ExampleStore_StorageStats() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := postgres.New(pool, postgres.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, err := store.StorageStats(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, t := range st.Tables {
+		log.Printf("%s: %d live rows, %d dead, last vacuum %v", t.Name, t.LiveRows, t.DeadRows, t.LastCleanup)
+	}
+	if st.Horizon.AgeTransactions > 100_000 {
+		log.Printf("vacuum is held back %d transactions by %s", st.Horizon.AgeTransactions, st.Horizon.Holder)
+	}
+}
