@@ -222,8 +222,8 @@ func (t *Telemetry) observe(ctx context.Context, o metric.Observer, g gauges) er
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.GaugeTimeout)
 	defer cancel()
 	err := t.observeQueue(ctx, o, g.depth, g.oldest)
-	if sr, ok := t.cfg.Store.(outbox.StorageReporter); ok && g.live != nil {
-		st, serr := sr.StorageStats(ctx)
+	if g.live != nil { // set only for an outbox.StorageReporter
+		st, serr := t.cfg.Store.(outbox.StorageReporter).StorageStats(ctx)
 		if serr != nil {
 			return errors.Join(err, serr)
 		}
