@@ -186,81 +186,6 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
-// Message is the JSON form of an outbox.Message.
-type Message struct {
-	ID                string            `json:"id"`
-	Seq               int64             `json:"seq"`
-	Tenant            string            `json:"tenant"`
-	Topic             string            `json:"topic"`
-	Group             string            `json:"group,omitempty"`
-	IdempotencyKey    string            `json:"idempotency_key"`
-	Status            outbox.Status     `json:"status"`
-	Attempts          int               `json:"attempts"`
-	MaxAttempts       int               `json:"max_attempts,omitempty"`
-	NextAttemptAt     time.Time         `json:"next_attempt_at"`
-	ProviderMessageID string            `json:"provider_message_id,omitempty"`
-	ErrorCode         string            `json:"error_code,omitempty"`
-	ErrorMessage      string            `json:"error_message,omitempty"`
-	CreatedAt         time.Time         `json:"created_at"`
-	UpdatedAt         time.Time         `json:"updated_at"`
-	SentAt            *time.Time        `json:"sent_at,omitempty"`
-	DeliveredAt       *time.Time        `json:"delivered_at,omitempty"`
-	ReadAt            *time.Time        `json:"read_at,omitempty"`
-	Headers           map[string]string `json:"headers,omitempty"`
-	// ContentType is the message's content type, omitted when it is ""
-	// (application/json).
-	ContentType string `json:"content_type,omitempty"`
-	// Payload is a JSON payload as it is stored; null for any other
-	// content type, whose bytes are PayloadBase64 (standard base64).
-	Payload       json.RawMessage `json:"payload"`
-	PayloadBase64 []byte          `json:"payload_base64,omitempty"`
-	// PayloadBytes is the payload's length in bytes.
-	PayloadBytes int `json:"payload_bytes"`
-	// BlocksGroup marks a dead letter that holds its group.
-	BlocksGroup bool `json:"blocks_group,omitempty"`
-}
-
-func optTime(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
-}
-
-func messageJSON(m outbox.Message) Message {
-	out := Message{
-		ID: m.ID, Seq: m.Seq, Tenant: m.Tenant, Topic: m.Topic, Group: m.Group, IdempotencyKey: m.IdempotencyKey,
-		Status: m.Status, Attempts: m.Attempts, MaxAttempts: m.MaxAttempts, NextAttemptAt: m.NextAttemptAt,
-		ProviderMessageID: m.ProviderMessageID, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
-		SentAt: optTime(m.SentAt), DeliveredAt: optTime(m.DeliveredAt), ReadAt: optTime(m.ReadAt),
-		Headers: m.Headers, ContentType: m.ContentType, PayloadBytes: len(m.Payload), BlocksGroup: m.BlocksGroup,
-	}
-	if m.IsJSON() {
-		out.Payload = json.RawMessage(m.Payload)
-	} else {
-		out.PayloadBase64 = m.Payload
-	}
-	if m.LastError != nil {
-		out.ErrorCode, out.ErrorMessage = m.LastError.Code, m.LastError.Message
-	}
-	if len(out.Payload) == 0 {
-		out.Payload = json.RawMessage("null")
-	}
-	return out
-}
-
-// Attempt is the JSON form of an outbox.Attempt.
-type Attempt struct {
-	Number           int                   `json:"number"`
-	Outcome          outbox.AttemptOutcome `json:"outcome"`
-	ErrorCode        string                `json:"error_code,omitempty"`
-	ErrorMessage     string                `json:"error_message,omitempty"`
-	ProviderResponse json.RawMessage       `json:"provider_response,omitempty"`
-	NextAttemptAt    *time.Time            `json:"next_attempt_at,omitempty"`
-	StartedAt        time.Time             `json:"started_at"`
-	FinishedAt       time.Time             `json:"finished_at"`
-}
-
 // TopicStat is the JSON form of an outbox.TopicStat.
 type TopicStat struct {
 	Topic                   string                  `json:"topic"`
@@ -469,7 +394,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	out := Page{Messages: make([]Message, 0, len(page.Messages)), NextAfterSeq: page.NextAfterSeq}
 	for _, m := range page.Messages {
-		out.Messages = append(out.Messages, messageJSON(m))
+		out.Messages = append(out.Messages, NewMessage(m))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -495,14 +420,9 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	out := Detail{Message: messageJSON(m), Attempts: make([]Attempt, 0, len(atts))}
+	out := Detail{Message: NewMessage(m), Attempts: make([]Attempt, 0, len(atts))}
 	for _, a := range atts {
-		j := Attempt{Number: a.Number, Outcome: a.Outcome, ProviderResponse: a.ProviderResponse,
-			NextAttemptAt: optTime(a.NextAttemptAt), StartedAt: a.StartedAt, FinishedAt: a.FinishedAt}
-		if a.Error != nil {
-			j.ErrorCode, j.ErrorMessage = a.Error.Code, a.Error.Message
-		}
-		out.Attempts = append(out.Attempts, j)
+		out.Attempts = append(out.Attempts, NewAttempt(a))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -518,7 +438,7 @@ func (h *Handler) requeue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.cfg.Logger.InfoContext(r.Context(), "outbox admin: message requeued", "tenant", tenant, "id", id)
-	writeJSON(w, http.StatusOK, messageJSON(m))
+	writeJSON(w, http.StatusOK, NewMessage(m))
 }
 
 func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
@@ -532,7 +452,7 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.cfg.Logger.InfoContext(r.Context(), "outbox admin: message cancelled", "tenant", tenant, "id", id)
-	writeJSON(w, http.StatusOK, messageJSON(m))
+	writeJSON(w, http.StatusOK, NewMessage(m))
 }
 
 // RequeueRequest is the body of POST api/requeue.

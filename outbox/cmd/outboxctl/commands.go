@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outboxkit/outbox"
+	"github.com/outboxkit/outboxkit/outbox/admin"
 )
 
 func cmdMigrate(ctx context.Context, args []string, out io.Writer) error {
@@ -232,7 +233,7 @@ func printStats(out io.Writer, stats []outbox.TopicStat, now time.Time) int64 {
 	return open
 }
 
-func cmdList(ctx context.Context, args []string, out io.Writer) error {
+func cmdList(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs := flag.NewFlagSet("list", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
@@ -240,7 +241,7 @@ func cmdList(ctx context.Context, args []string, out io.Writer) error {
 	ff.register(fs)
 	limit := fs.Int("limit", 100, "messages to print (at most 1000)")
 	after := fs.Int64("after-seq", 0, "continue after this sequence (the \"next:\" line of a previous list)")
-	asJSON := fs.Bool("json", false, "print one JSON object per message")
+	asJSON := fs.Bool("json", false, "print one JSON object per line per message, as the admin API shapes it (the \"next:\" hint goes to stderr)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -264,23 +265,27 @@ func cmdList(ctx context.Context, args []string, out io.Writer) error {
 	if *asJSON {
 		enc := json.NewEncoder(out)
 		for _, m := range page.Messages {
-			if err := enc.Encode(m); err != nil {
+			if err := enc.Encode(admin.NewMessage(m)); err != nil {
 				return err
 			}
 		}
-	} else {
-		tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SEQ\tID\tTENANT\tTOPIC\tGROUP\tSTATUS\tATTEMPTS\tERROR\tCREATED")
-		for _, m := range page.Messages {
-			e := ""
-			if m.LastError != nil {
-				e = m.LastError.Code + ": " + oneLine(m.LastError.Message, 60)
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", m.Seq, m.ID, m.Tenant, m.Topic, m.Group, m.Status,
-				m.Attempts, e, m.CreatedAt.Format(time.RFC3339))
+		if page.NextAfterSeq != 0 {
+			// stdout stays JSON lines: the hint goes to stderr.
+			fmt.Fprintf(errOut, "next: --after-seq %d\n", page.NextAfterSeq)
 		}
-		_ = tw.Flush()
+		return nil
 	}
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tID\tTENANT\tTOPIC\tGROUP\tSTATUS\tATTEMPTS\tERROR\tCREATED")
+	for _, m := range page.Messages {
+		e := ""
+		if m.LastError != nil {
+			e = m.LastError.Code + ": " + oneLine(m.LastError.Message, 60)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", m.Seq, m.ID, m.Tenant, m.Topic, m.Group, m.Status,
+			m.Attempts, e, m.CreatedAt.Format(time.RFC3339))
+	}
+	_ = tw.Flush()
 	if page.NextAfterSeq != 0 {
 		fmt.Fprintf(out, "next: --after-seq %d\n", page.NextAfterSeq)
 	}

@@ -98,7 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "stats":
 		err = cmdStats(ctx, args[1:], stdout)
 	case "list":
-		err = cmdList(ctx, args[1:], stdout)
+		err = cmdList(ctx, args[1:], stdout, stderr)
 	case "requeue":
 		err = cmdRequeue(ctx, args[1:], stdout)
 	case "prune":
