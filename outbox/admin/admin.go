@@ -69,6 +69,14 @@ type Config struct {
 	// an error answers 401 and nothing runs. Required: an admin API
 	// without authentication is never what a host means.
 	Authorize func(r *http.Request) error
+	// BasicAuthRealm, when set, makes every 401 carry
+	// `WWW-Authenticate: Basic realm="BasicAuthRealm", charset="UTF-8"`,
+	// so that a browser asks the operator for a user name and password:
+	// set it when Authorize checks HTTP Basic authentication
+	// (r.BasicAuth). It must be printable ASCII without a double quote or
+	// a backslash. Defaults to "": the 401 carries no challenge (a bearer
+	// token or a session cookie is checked).
+	BasicAuthRealm string
 	// MaxChunks bounds the chunks of one bulk requeue request (each at
 	// most "limit", default 500, messages); a larger requeue answers
 	// next_after_seq to continue from. Defaults to 20.
@@ -99,6 +107,11 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.Authorize == nil {
 		return nil, outbox.InvalidParam("Config.Authorize", "is required (the host's authentication)")
+	}
+	for _, c := range cfg.BasicAuthRealm {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return nil, outbox.InvalidParam("Config.BasicAuthRealm", "must be printable ASCII without a double quote or a backslash")
+		}
 	}
 	cfg.MaxChunks = cmp.Or(cfg.MaxChunks, 20)
 	if cfg.MaxChunks < 0 {
@@ -134,6 +147,9 @@ func New(cfg Config) (*Handler, error) {
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := h.cfg.Authorize(r); err != nil {
+		if h.cfg.BasicAuthRealm != "" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="`+h.cfg.BasicAuthRealm+`", charset="UTF-8"`)
+		}
 		writeError(w, http.StatusUnauthorized, "unauthorized")
 		return
 	}

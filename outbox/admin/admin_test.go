@@ -157,6 +157,11 @@ func TestNewRefusesMisconfiguration(t *testing.T) {
 	if _, err := admin.New(admin.Config{Store: storeOnly{f.store}, Authorize: authorize}); !errors.Is(err, outbox.ErrNotAdmin) {
 		t.Errorf("New with a store without Admin: %v, want ErrNotAdmin", err)
 	}
+	for _, realm := range []string{`a"b`, `a\b`, "a\nb", "ré"} {
+		if _, err := admin.New(admin.Config{Store: f.store, Authorize: authorize, BasicAuthRealm: realm}); !errors.Is(err, outbox.ErrInvalidInput) {
+			t.Errorf("New with BasicAuthRealm %q: %v, want ErrInvalidInput", realm, err)
+		}
+	}
 }
 
 func TestUnauthenticatedChangesNothing(t *testing.T) {

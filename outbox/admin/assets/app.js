@@ -4,6 +4,12 @@
 (function () {
   const statuses = ["PENDING", "PROCESSING", "SENT", "DELIVERED", "FAILED", "CANCELLED"];
   let nextAfterSeq = 0;
+  // shown is how many dead letters the list shows: a refresh reloads as
+  // many, so paging survives it. openMessage is the message whose detail
+  // is open: a refresh reloads it.
+  let shown = 0;
+  let openMessage = null;
+  let refreshes = 0;
 
   function el(tag, attrs, ...children) {
     const e = document.createElement(tag);
@@ -84,9 +90,20 @@
       "Cleanup horizon: nothing holds it back.";
   }
 
-  async function loadDead(append) {
+  // loadDead loads the dead letters: the first page again, as many as
+  // shown, or (append) the next page. Loads run one after another, so an
+  // auto-refresh never overwrites a page the operator just added.
+  let deadQueue = Promise.resolve();
+  function loadDead(append) {
+    const run = deadQueue.then(() => loadDeadNow(append));
+    deadQueue = run.catch(() => {});
+    return run;
+  }
+
+  async function loadDeadNow(append) {
     const onlyBlocking = document.getElementById("only-blocking").checked;
-    const q = "messages?status=FAILED&limit=50" + (onlyBlocking ? "&blocks_group=true" : "") +
+    const limit = append ? 50 : Math.min(1000, Math.max(50, shown));
+    const q = "messages?status=FAILED&limit=" + limit + (onlyBlocking ? "&blocks_group=true" : "") +
       (append && nextAfterSeq ? "&after_seq=" + nextAfterSeq : "");
     const page = await api("GET", q);
     const body = document.querySelector("#dead tbody");
@@ -107,6 +124,7 @@
         el("td", {}, when(m.updated_at)), el("td", {}, requeue, " ", cancel, " ", show));
     });
     if (append) body.append(...rows); else body.replaceChildren(...rows);
+    shown = body.rows.length;
     nextAfterSeq = page.next_after_seq;
     document.getElementById("more").hidden = !nextAfterSeq;
   }
@@ -146,9 +164,18 @@
       (n + (page.next_after_seq ? "+" : "") + (n === 1 ? " dead letter holds its group" : " dead letters hold their group"));
   }
 
-  async function loadDetail(m) {
+  // loadDetail opens a message's detail in a panel beside the lists, in
+  // view wherever the page is scrolled, and moves the focus to it.
+  async function loadDetail(m, keepFocus) {
     const d = await api("GET", "messages/" + encodeURIComponent(m.id) + "?tenant=" + encodeURIComponent(m.tenant));
-    document.getElementById("detail").hidden = false;
+    openMessage = m;
+    const panel = document.getElementById("detail");
+    panel.hidden = false;
+    document.body.classList.add("detail-open");
+    if (!keepFocus) {
+      panel.scrollIntoView({ block: "nearest" });
+      panel.focus({ preventScroll: true });
+    }
     document.getElementById("detail-id").textContent = d.message.id;
     const fields = [["Status", d.message.status], ["Tenant", d.message.tenant], ["Topic", d.message.topic],
       ["Group", d.message.group || ""], ["Attempts", d.message.attempts], ["Created", when(d.message.created_at)],
@@ -161,16 +188,26 @@
       el("td", {}, when(a.started_at)), el("td", {}, when(a.finished_at)), el("td", {}, when(a.next_attempt_at)))));
   }
 
+  function closeDetail() {
+    openMessage = null;
+    document.getElementById("detail").hidden = true;
+    document.body.classList.remove("detail-open");
+  }
+
   async function refresh() {
     try {
-      await Promise.all([loadStats(), loadDead(false), blockingCount()]);
+      await Promise.all([loadStats(), loadDead(false), blockingCount(),
+        openMessage ? loadDetail(openMessage, true) : null]);
       document.body.dataset.loaded = "true";
+      document.body.dataset.refreshes = String(++refreshes);
     } catch (e) {
       notice("Loading failed: " + e.message, true);
     }
   }
 
   document.getElementById("refresh").addEventListener("click", refresh);
+  document.getElementById("detail-close").addEventListener("click", closeDetail);
+  document.addEventListener("keydown", (e) => { if (e.key === "Escape" && openMessage) closeDetail(); });
   document.getElementById("only-blocking").addEventListener("change", () => loadDead(false).catch((e) => notice(e.message, true)));
   document.getElementById("more").addEventListener("click", () => loadDead(true).catch((e) => notice(e.message, true)));
   refresh();
