@@ -108,6 +108,17 @@
 // Enqueuer interfaces may gain methods before v1.0; from v1.0 they follow
 // semver.
 //
+// # Many databases
+//
+// A service with one outbox per database (a database per tenant, or
+// sharded data) runs a Fleet in each of its instances instead of one
+// Processor per database: the instances lease the databases among
+// themselves through a ShardLeaser (store/postgres.ShardLeaser keeps the
+// leases in one PostgreSQL database), each serving about its share, and
+// every database is served by one instance at a time. FleetConfig.Open
+// opens a database's store when its lease is taken; Fleet.Status reports
+// each database's health and progress.
+//
 // # Testing
 //
 // Package outboxtest offers a recording Publisher, a fake Clock and

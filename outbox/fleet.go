@@ -1,0 +1,701 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Fleet runs one processor per database over many databases (one outbox per
+// tenant database, or per shard), spread over the instances of a service:
+// each instance runs a Fleet with the same FleetConfig.Databases, and the
+// instances lease the databases among themselves through a ShardLeaser.
+//
+//   - Balanced: with N databases and k live instances each instance serves
+//     about N/k; a new instance takes its share within a few lease renewals
+//     (the others stop and release their excess), and the databases of an
+//     instance that died move to the others once its lease (LeaseTTL)
+//     expires.
+//   - One instance at a time: an instance starts a database's processor
+//     only after it took the database's lease, stops it (drained) before it
+//     releases the lease, and stops it on its own when it could not renew
+//     the lease for half of LeaseTTL, before the lease can expire.
+//     Within a database the store's leases and FIFO claims still hold, so
+//     even an overlap (a paused process) keeps the outbox invariants.
+//   - A shared connection budget: every store call the processors make goes
+//     through MaxStoreCalls slots shared by all the instance's databases.
+//   - Wake-ups per database: each processor uses its store's Waker (LISTEN
+//     on PostgreSQL) as a single Processor would.
+//   - Health and progress per database: Status.
+//
+// The program opens a database's store when the Fleet takes it
+// (FleetConfig.Open) and may list the databases again while it runs
+// (FleetConfig.Databases is re-read every RefreshInterval): added databases
+// are taken, removed ones stopped and released.
+type Fleet struct {
+	cfg     FleetConfig
+	log     *slog.Logger
+	budget  chan struct{}
+	running atomic.Bool
+	tick    time.Duration
+
+	mu       sync.Mutex
+	dbs      []string
+	listed   time.Time
+	listErr  error
+	members  []string
+	leaseErr error
+	ticks    int
+	shards   map[string]*fleetShard
+}
+
+// FleetConfig configures a Fleet. Databases, Open, Publisher and Leaser are
+// required; every other field has a default.
+type FleetConfig struct {
+	// ID names this instance among the fleet's members; its processors are
+	// named "<ID>/<database>". Defaults to "<hostname>-<random>". Two live
+	// instances must not share an ID.
+	ID string
+	// Databases lists the databases (shards) the fleet serves, by names the
+	// program's Open understands. It is called when Run starts and every
+	// RefreshInterval; when it fails the last list is kept. Every instance
+	// must list the same databases. StaticDatabases wraps a fixed list.
+	Databases func(ctx context.Context) ([]string, error)
+	// RefreshInterval is how often Databases is called again. Defaults to
+	// 30s.
+	RefreshInterval time.Duration
+	// Open opens the store of one database when this instance took its
+	// lease; ShardStore.Close is called when the instance stops serving it.
+	// It is called again (with backoff) when it fails or the processor
+	// cannot start (store unreachable, not migrated).
+	Open func(ctx context.Context, database string) (ShardStore, error)
+	// Publisher publishes the messages of every database.
+	// ShardFromContext(ctx) in Publish names the database of the batch.
+	Publisher Publisher
+	// Processor is the configuration of every database's processor; its ID
+	// is replaced by "<ID>/<database>", and its Logger gets a "database"
+	// attribute. Its DrainTimeout defaults to LeaseTTL/4 and must not
+	// exceed it: a processor that stops because its lease is at risk must
+	// have drained before the lease can expire.
+	Processor Config
+	// Leaser is the coordination store (e.g. store/postgres's ShardLeaser).
+	Leaser ShardLeaser
+	// LeaseTTL is how long a database's lease, and an instance's
+	// membership, last without renewal: an instance that dies holds its
+	// databases for up to this long. Leases are renewed every LeaseTTL/5.
+	// Defaults to 15s.
+	LeaseTTL time.Duration
+	// MaxStoreCalls bounds the store calls this instance's processors make
+	// at once, over all its databases: the connections it uses at once for
+	// claims, outcomes, lease extensions and recovery (wake-up listeners
+	// hold a connection each on their own). Defaults to 16.
+	MaxStoreCalls int
+	// Logger receives the fleet's logs. Defaults to discarding them.
+	Logger *slog.Logger
+}
+
+// ShardStore is one database's store, opened by FleetConfig.Open.
+type ShardStore struct {
+	// Store is the database's outbox store.
+	Store Store
+	// Close releases what Open opened for the store (its connection pool);
+	// nil when there is nothing to release.
+	Close func()
+}
+
+// StaticDatabases returns a FleetConfig.Databases that lists names.
+func StaticDatabases(names ...string) func(context.Context) ([]string, error) {
+	names = slices.Clone(names)
+	return func(context.Context) ([]string, error) { return names, nil }
+}
+
+// ShardStatus is the state of one database this instance serves.
+type ShardStatus struct {
+	// Database is the database's name, as Databases listed it.
+	Database string
+	// Epoch is the lease's epoch (see ShardLease).
+	Epoch int64
+	// AcquiredAt and RenewedAt are when this instance took the lease and
+	// last renewed it.
+	AcquiredAt, RenewedAt time.Time
+	// Stopping reports that the processor is stopping (the lease is being
+	// handed over, lost, or the fleet stops).
+	Stopping bool
+	// Err is the last error opening the store or starting its processor;
+	// nil while the processor runs.
+	Err error
+	// Health and Progress are the database's processor's.
+	Health   Health
+	Progress Progress
+	// StoreCalls counts the processor's store calls (claims, outcomes,
+	// lease extensions, recovery): divided by the time served, the
+	// database's cost to the fleet.
+	StoreCalls int64
+}
+
+// FleetStatus is an instance's view of the fleet.
+type FleetStatus struct {
+	// ID is this instance's ID.
+	ID string
+	// Members are the live instances, this one included, at the last
+	// renewal.
+	Members []string
+	// Databases is how many databases the last listing returned; Target is
+	// this instance's share of them.
+	Databases, Target int
+	// ListErr is the last error of FleetConfig.Databases, nil once a later
+	// call succeeded; LeaseErr the same for the Leaser.
+	ListErr, LeaseErr error
+	// Shards are the databases this instance serves, by name.
+	Shards []ShardStatus
+}
+
+type fleetShard struct {
+	name       string
+	lease      ShardLease
+	acquiredAt time.Time
+	renewedAt  time.Time
+	cancel     context.CancelFunc
+	done       chan struct{}
+	stopping   bool
+	proc       *Processor
+	err        error
+	calls      atomic.Int64
+}
+
+// NewFleet returns a Fleet for cfg (defaults applied, then validated; an
+// invalid FleetConfig returns a *ValidationError).
+func NewFleet(cfg FleetConfig) (*Fleet, error) {
+	switch {
+	case cfg.Databases == nil:
+		return nil, invalid("FleetConfig.Databases", "is nil")
+	case cfg.Open == nil:
+		return nil, invalid("FleetConfig.Open", "is nil")
+	case cfg.Publisher == nil:
+		return nil, invalid("FleetConfig.Publisher", "is nil")
+	case cfg.Leaser == nil:
+		return nil, invalid("FleetConfig.Leaser", "is nil")
+	}
+	if cfg.ID == "" {
+		cfg.ID = defaultID()
+	}
+	cfg.RefreshInterval = cmp.Or(cfg.RefreshInterval, 30*time.Second)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 15*time.Second)
+	cfg.MaxStoreCalls = cmp.Or(cfg.MaxStoreCalls, 16)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg.Processor.DrainTimeout = cmp.Or(cfg.Processor.DrainTimeout, cfg.LeaseTTL/4)
+	switch {
+	case cfg.RefreshInterval < 0:
+		return nil, invalid("FleetConfig.RefreshInterval", "must be positive")
+	case cfg.LeaseTTL < 100*time.Millisecond:
+		return nil, invalid("FleetConfig.LeaseTTL", fmt.Sprintf("must be at least 100ms, got %s", cfg.LeaseTTL))
+	case cfg.MaxStoreCalls < 0:
+		return nil, invalid("FleetConfig.MaxStoreCalls", "must be positive")
+	case cfg.Processor.DrainTimeout > cfg.LeaseTTL/4:
+		return nil, invalid("FleetConfig.Processor.DrainTimeout", fmt.Sprintf("(%s) must be at most LeaseTTL/4 (%s): "+
+			"a processor stopping because its lease is at risk must drain before the lease can expire", cfg.Processor.DrainTimeout, cfg.LeaseTTL/4))
+	}
+	probe := cfg.Processor
+	probe.ID = cfg.ID + "/"
+	if err := probe.WithDefaults().Validate(); err != nil {
+		return nil, err
+	}
+	return &Fleet{
+		cfg:    cfg,
+		log:    cfg.Logger.With("fleet", cfg.ID),
+		budget: make(chan struct{}, cfg.MaxStoreCalls),
+		tick:   cfg.LeaseTTL / 5,
+		shards: map[string]*fleetShard{},
+	}, nil
+}
+
+// ID returns the instance's ID (FleetConfig.ID or its default).
+func (f *Fleet) ID() string { return f.cfg.ID }
+
+// Run joins the fleet and serves this instance's share of the databases
+// until ctx ends. It then stops every processor (each drains as
+// Processor.Run does), releases their leases and leaves the fleet, so the
+// other instances take its databases at their next renewal, and returns
+// nil. Leaser and Databases errors do not stop Run: it keeps the last
+// database list, stops the processors whose leases it cannot renew, and
+// reports the errors in Status. It returns an error only when the fleet
+// is already running.
+func (f *Fleet) Run(ctx context.Context) error {
+	if !f.running.CompareAndSwap(false, true) {
+		return errors.New("outbox: fleet is already running")
+	}
+	defer f.running.Store(false)
+	f.log.Info("outbox fleet started", "lease_ttl", f.cfg.LeaseTTL, "max_store_calls", f.cfg.MaxStoreCalls)
+	t := time.NewTicker(f.tick)
+	defer t.Stop()
+	for {
+		f.renew(ctx)
+		select {
+		case <-ctx.Done():
+			f.shutdown()
+			f.log.Info("outbox fleet stopped")
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// shutdown stops every shard, releasing its lease, and leaves the fleet.
+func (f *Fleet) shutdown() {
+	f.mu.Lock()
+	var done []chan struct{}
+	for _, sh := range f.shards {
+		f.stopLocked(sh, "the fleet stops")
+		done = append(done, sh.done)
+	}
+	f.mu.Unlock()
+	for _, d := range done {
+		<-d
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.callTimeout())
+	defer cancel()
+	if _, err := f.cfg.Leaser.ShardMembers(ctx, ShardMembersParams{Member: f.cfg.ID, TTL: f.cfg.LeaseTTL, Leave: true}); err != nil {
+		f.log.Warn("leaving the fleet failed; the others take over when the membership expires", "err", err)
+	}
+}
+
+// renew is one round: list the databases when due, heartbeat, renew the
+// leases held, stop what is at risk, and rebalance.
+func (f *Fleet) renew(ctx context.Context) {
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, f.callTimeout())
+	defer cancel()
+	f.mu.Lock()
+	listDue := f.listed.IsZero() || start.Sub(f.listed) >= f.cfg.RefreshInterval
+	f.ticks++
+	first := f.ticks == 1
+	f.mu.Unlock()
+	if listDue {
+		dbs, err := f.cfg.Databases(cctx)
+		f.mu.Lock()
+		f.listErr = err
+		if err == nil {
+			dbs = slices.Clone(dbs)
+			slices.Sort(dbs)
+			f.dbs, f.listed = slices.Compact(dbs), start
+		}
+		f.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			f.log.Warn("listing the databases failed; keeping the last list", "err", err)
+		}
+	}
+	members, err := f.cfg.Leaser.ShardMembers(cctx, ShardMembersParams{Member: f.cfg.ID, TTL: f.cfg.LeaseTTL})
+	var renewed []ShardLease
+	var renewErr error
+	if held := f.heldNames(); err == nil && len(held) > 0 {
+		renewed, renewErr = f.cfg.Leaser.ShardRenew(cctx, ShardRenewParams{Member: f.cfg.ID, Shards: held, TTL: f.cfg.LeaseTTL})
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	f.mu.Lock()
+	f.leaseErr = cmp.Or(err, renewErr)
+	if f.leaseErr != nil {
+		f.log.Warn("the shard leaser failed", "err", f.leaseErr)
+	}
+	if err == nil && renewErr == nil {
+		f.members = members
+		got := map[string]bool{}
+		for _, l := range renewed {
+			got[l.Shard] = true
+		}
+		for _, sh := range f.shards {
+			if got[sh.name] {
+				sh.renewedAt = start
+			} else if !sh.stopping {
+				f.stopLocked(sh, "its lease was lost")
+			}
+		}
+	}
+	for _, sh := range f.shards {
+		if !sh.stopping && time.Since(sh.renewedAt) > f.cfg.LeaseTTL/2 {
+			f.stopLocked(sh, "its lease could not be renewed for half of LeaseTTL")
+		}
+	}
+	if err != nil || renewErr != nil || first {
+		// The first round only joins: instances started together see each
+		// other before they take their shares.
+		f.mu.Unlock()
+		return
+	}
+	need := f.rebalanceLocked()
+	f.mu.Unlock()
+	if need > 0 {
+		f.acquire(cctx, need)
+	}
+}
+
+// callTimeout bounds a renewal round's calls to the Leaser (and a
+// release): a round that takes longer is cut short, and its leases count as
+// not renewed.
+func (f *Fleet) callTimeout() time.Duration { return f.cfg.LeaseTTL / 4 }
+
+func (f *Fleet) heldNames() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	names := make([]string, 0, len(f.shards))
+	for name := range f.shards {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// targetLocked is this instance's share: the databases divided evenly over
+// the members, the remainder to the first members in order.
+func (f *Fleet) targetLocked() int {
+	k := len(f.members)
+	idx := slices.Index(f.members, f.cfg.ID)
+	if idx < 0 {
+		k++
+		idx = k - 1
+	}
+	n := len(f.dbs)
+	t := n / k
+	if idx < n%k {
+		t++
+	}
+	return t
+}
+
+// preference orders databases for one member (rendezvous hashing): each
+// instance takes the databases it prefers most and gives up those it
+// prefers least, so shares stay put as members come and go.
+func preference(member, db string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(member))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(db))
+	return h.Sum64()
+}
+
+// rebalanceLocked stops the databases no longer listed and the excess over
+// this instance's share, and returns how many more it should take.
+func (f *Fleet) rebalanceLocked() (need int) {
+	listed := map[string]bool{}
+	for _, db := range f.dbs {
+		listed[db] = true
+	}
+	var active []*fleetShard
+	for _, sh := range f.shards {
+		switch {
+		case sh.stopping:
+		case !listed[sh.name]:
+			f.stopLocked(sh, "it is no longer listed")
+		default:
+			active = append(active, sh)
+		}
+	}
+	target := f.targetLocked()
+	if len(active) > target {
+		slices.SortFunc(active, func(a, b *fleetShard) int {
+			return cmp.Compare(preference(f.cfg.ID, a.name), preference(f.cfg.ID, b.name))
+		})
+		for _, sh := range active[:len(active)-target] {
+			f.stopLocked(sh, "handing it over to balance the fleet")
+		}
+		return 0
+	}
+	return target - len(active)
+}
+
+// acquire takes up to need databases whose leases are free, those this
+// instance prefers first, and starts serving them.
+func (f *Fleet) acquire(ctx context.Context, need int) {
+	leases, err := f.cfg.Leaser.ShardList(ctx, ShardListParams{})
+	if err != nil {
+		f.setLeaseErr(err)
+		return
+	}
+	busy := map[string]bool{}
+	for _, l := range leases {
+		if !l.Expired {
+			busy[l.Shard] = true
+		}
+	}
+	f.mu.Lock()
+	var free []string
+	for _, db := range f.dbs {
+		if _, mine := f.shards[db]; !mine && !busy[db] {
+			free = append(free, db)
+		}
+	}
+	f.mu.Unlock()
+	slices.SortFunc(free, func(a, b string) int {
+		return cmp.Compare(preference(f.cfg.ID, b), preference(f.cfg.ID, a))
+	})
+	free = free[:min(len(free), need)]
+	if len(free) == 0 {
+		return
+	}
+	got, err := f.cfg.Leaser.ShardAcquire(ctx, ShardAcquireParams{Member: f.cfg.ID, Shards: free, TTL: f.cfg.LeaseTTL})
+	if err != nil {
+		f.setLeaseErr(err)
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range got {
+		f.startLocked(l)
+	}
+}
+
+func (f *Fleet) setLeaseErr(err error) {
+	f.mu.Lock()
+	f.leaseErr = err
+	f.mu.Unlock()
+	f.log.Warn("the shard leaser failed", "err", err)
+}
+
+// startLocked starts serving the database of lease l.
+func (f *Fleet) startLocked(l ShardLease) {
+	now := time.Now()
+	// The shard's context does not end with Run's: shutdown stops each
+	// shard itself, after which its lease is released.
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), shardCtxKey{}, l))
+	sh := &fleetShard{name: l.Shard, lease: l, acquiredAt: now, renewedAt: now, cancel: cancel, done: make(chan struct{})}
+	f.shards[l.Shard] = sh
+	f.log.Info("serving a database", "database", l.Shard, "epoch", l.Epoch)
+	go f.serve(ctx, sh)
+}
+
+// stopLocked stops sh's processor; its lease is released once the
+// processor has stopped. Releasing is safe even when the lease was lost:
+// ShardRelease ends only a live lease this member holds. A lease at risk
+// (not renewed for a while) that is still ours is then free at once
+// instead of held, unserved, until it expires.
+func (f *Fleet) stopLocked(sh *fleetShard, why string) {
+	if sh.stopping {
+		return
+	}
+	sh.stopping = true
+	f.log.Info("stopping a database's processor", "database", sh.name, "epoch", sh.lease.Epoch, "reason", why)
+	sh.cancel()
+}
+
+// serve runs the database's processor until its context ends, reopening
+// the store with backoff when opening or starting fails, then releases the
+// lease.
+func (f *Fleet) serve(ctx context.Context, sh *fleetShard) {
+	defer close(sh.done)
+	backoff := 500 * time.Millisecond
+	for ctx.Err() == nil {
+		err := f.serveOnce(ctx, sh)
+		if ctx.Err() != nil {
+			break
+		}
+		f.mu.Lock()
+		sh.err = err
+		f.mu.Unlock()
+		f.log.Warn("a database's processor cannot run; retrying", "database", sh.name, "err", err, "retry_in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		backoff = min(backoff*2, 30*time.Second)
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), f.callTimeout())
+	if err := f.cfg.Leaser.ShardRelease(rctx, ShardReleaseParams{Member: f.cfg.ID, Shards: []string{sh.name}}); err != nil {
+		f.log.Warn("releasing a database's lease failed; it expires on its own", "database", sh.name, "err", err)
+	}
+	cancel()
+	f.mu.Lock()
+	if f.shards[sh.name] == sh {
+		delete(f.shards, sh.name)
+	}
+	f.mu.Unlock()
+}
+
+func (f *Fleet) serveOnce(ctx context.Context, sh *fleetShard) error {
+	ss, err := f.cfg.Open(ctx, sh.name)
+	if err != nil {
+		return fmt.Errorf("outbox: fleet: open %q: %w", sh.name, err)
+	}
+	if ss.Close != nil {
+		defer ss.Close()
+	}
+	if ss.Store == nil {
+		return fmt.Errorf("outbox: fleet: open %q returned no store", sh.name)
+	}
+	cfg := f.cfg.Processor
+	cfg.ID = f.cfg.ID + "/" + sh.name
+	if cfg.Logger != nil {
+		cfg.Logger = cfg.Logger.With("database", sh.name)
+	}
+	p, err := NewProcessor(&fleetStore{Store: ss.Store, budget: f.budget, calls: &sh.calls}, f.cfg.Publisher, cfg)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	sh.proc, sh.err = p, nil
+	f.mu.Unlock()
+	return p.Run(ctx)
+}
+
+// Status returns this instance's view of the fleet and the state of every
+// database it serves.
+func (f *Fleet) Status() FleetStatus {
+	f.mu.Lock()
+	st := FleetStatus{
+		ID: f.cfg.ID, Members: slices.Clone(f.members), Databases: len(f.dbs),
+		ListErr: f.listErr, LeaseErr: f.leaseErr,
+	}
+	if len(f.members) > 0 {
+		st.Target = f.targetLocked()
+	}
+	type item struct {
+		s    ShardStatus
+		proc *Processor
+	}
+	items := make([]item, 0, len(f.shards))
+	for _, sh := range f.shards {
+		items = append(items, item{ShardStatus{
+			Database: sh.name, Epoch: sh.lease.Epoch, AcquiredAt: sh.acquiredAt, RenewedAt: sh.renewedAt,
+			Stopping: sh.stopping, Err: sh.err, StoreCalls: sh.calls.Load(),
+		}, sh.proc})
+	}
+	f.mu.Unlock()
+	for _, it := range items {
+		if it.proc != nil {
+			it.s.Health, it.s.Progress = it.proc.Health(), it.proc.Progress()
+		}
+		st.Shards = append(st.Shards, it.s)
+	}
+	slices.SortFunc(st.Shards, func(a, b ShardStatus) int { return cmp.Compare(a.Database, b.Database) })
+	return st
+}
+
+// fleetStore is a database's store as its processor sees it in a fleet:
+// the calls the processor makes take a slot of the fleet's budget, and are
+// counted. It offers every optional capability the processor looks for,
+// behaving as the processor does without it when the store lacks it.
+type fleetStore struct {
+	Store
+	budget chan struct{}
+	calls  *atomic.Int64
+}
+
+func (s *fleetStore) enter(ctx context.Context) error {
+	s.calls.Add(1)
+	select {
+	case s.budget <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *fleetStore) leave() { <-s.budget }
+
+// MessageClaim takes a budget slot for the store's MessageClaim.
+func (s *fleetStore) MessageClaim(ctx context.Context, p MessageClaimParams) ([]Message, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	return s.Store.MessageClaim(ctx, p)
+}
+
+// MessageFinish takes a budget slot for the store's MessageFinish.
+func (s *fleetStore) MessageFinish(ctx context.Context, p MessageFinishParams) (FinishResult, error) {
+	if err := s.enter(ctx); err != nil {
+		return FinishResult{}, err
+	}
+	defer s.leave()
+	return s.Store.MessageFinish(ctx, p)
+}
+
+// MessageRecover takes a budget slot for the store's MessageRecover.
+func (s *fleetStore) MessageRecover(ctx context.Context, p MessageRecoverParams) (RecoverResult, error) {
+	if err := s.enter(ctx); err != nil {
+		return RecoverResult{}, err
+	}
+	defer s.leave()
+	return s.Store.MessageRecover(ctx, p)
+}
+
+// MessageList takes a budget slot for the store's MessageList.
+func (s *fleetStore) MessageList(ctx context.Context, p MessageListParams) (MessagePage, error) {
+	if err := s.enter(ctx); err != nil {
+		return MessagePage{}, err
+	}
+	defer s.leave()
+	return s.Store.MessageList(ctx, p)
+}
+
+// Ping is the store's Ping (Pinger), else the processor's own probe: one
+// message listed.
+func (s *fleetStore) Ping(ctx context.Context) error {
+	pg, ok := s.Store.(Pinger)
+	if !ok {
+		_, err := s.MessageList(ctx, MessageListParams{Limit: 1})
+		return err
+	}
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	return pg.Ping(ctx)
+}
+
+// Wakeups is the store's Wakeups (Waker), else a channel that only closes
+// when ctx ends, as a processor without wake-ups polls.
+func (s *fleetStore) Wakeups(ctx context.Context) <-chan struct{} {
+	if w, ok := s.Store.(Waker); ok {
+		return w.Wakeups(ctx)
+	}
+	ch := make(chan struct{})
+	context.AfterFunc(ctx, func() { close(ch) })
+	return ch
+}
+
+// MessageExtendLease is the store's (LeaseExtender); a store without it
+// extends nothing and reports no lease lost, as a processor without it
+// never extends.
+func (s *fleetStore) MessageExtendLease(ctx context.Context, p MessageExtendLeaseParams) (ExtendLeaseResult, error) {
+	ext, ok := s.Store.(LeaseExtender)
+	if !ok {
+		return ExtendLeaseResult{}, nil
+	}
+	if err := s.enter(ctx); err != nil {
+		return ExtendLeaseResult{}, err
+	}
+	defer s.leave()
+	return ext.MessageExtendLease(ctx, p)
+}
+
+// MessagePendingTopics is the store's (PendingTopicLister); a store
+// without it lists none.
+func (s *fleetStore) MessagePendingTopics(ctx context.Context, p MessagePendingTopicsParams) ([]PendingTopic, error) {
+	l, ok := s.Store.(PendingTopicLister)
+	if !ok {
+		return nil, nil
+	}
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	return l.MessagePendingTopics(ctx, p)
+}
+
+// DeadLetterBlocking is the store's (DeadLetterBlocker), false without it.
+func (s *fleetStore) DeadLetterBlocking() bool {
+	b, ok := s.Store.(DeadLetterBlocker)
+	return ok && b.DeadLetterBlocking()
+}
