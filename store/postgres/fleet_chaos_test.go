@@ -1,0 +1,474 @@
+package postgres_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/outbox"
+	"github.com/outboxkit/outboxkit/store/postgres"
+)
+
+// The fleet chaos test's child processes read their settings from these.
+const (
+	fleetChildEnv = "OUTBOXKIT_FLEET_CHILD" // the child's member ID
+	fleetDSNEnv   = "OUTBOXKIT_FLEET_DSN"   // the server, database left out
+	fleetDBsEnv   = "OUTBOXKIT_FLEET_DBS"   // the databases, comma-separated
+	fleetLogEnv   = "OUTBOXKIT_FLEET_LOG"   // the file the child's publications go to
+)
+
+// Timings of the chaos fleet.
+const (
+	chaosLeaseTTL    = 4 * time.Second
+	chaosProcTimeout = 4 * time.Second
+)
+
+// TestFleetChaos runs a fleet of 3 processor processes (this test binary
+// run again) over 50 databases of a PostgreSQL server of its own (the
+// shared server has too few connections to spare: each database takes a
+// listener and a pool), while producers enqueue 200 msg/s spread over
+// every database. It measures the idle cost per database and the
+// commit-to-publish latency, then kills a process (SIGKILL) every few
+// seconds and starts it again. Nothing may be lost, FIFO must hold per
+// group, and in each database the publications of one lease epoch must all
+// come before those of the next (one instance at a time). It prints its
+// figures (idle cost, p50/p99 latency, resume time after a kill) and
+// asserts no timing.
+//
+// It runs when OUTBOXKIT_FLEET_CHAOS_TEST=1 (about 2 minutes);
+// OUTBOXKIT_FLEET_DATABASES changes the number of databases (50).
+func TestFleetChaos(t *testing.T) {
+	if os.Getenv(fleetChildEnv) != "" {
+		fleetChild(t)
+		return
+	}
+	if os.Getenv("OUTBOXKIT_FLEET_CHAOS_TEST") != "1" {
+		t.Skip("runs 3 processes over 50 databases of a server of its own; set OUTBOXKIT_FLEET_CHAOS_TEST=1 to run it")
+	}
+	nDBs := 50
+	if v := os.Getenv("OUTBOXKIT_FLEET_DATABASES"); v != "" {
+		nDBs, _ = strconv.Atoi(v)
+	}
+	bin := pgBinDir(t)
+	root, node := pgServers(t, bin)
+	srv := node("fleet")
+	srv.initdb(root, fmt.Sprintf("max_connections = %d", 60+nDBs*8), "shared_preload_libraries = 'pg_stat_statements'")
+	base := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", srv.port)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	admin, err := pgxpool.New(ctx, base+" dbname=postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	leaser, err := postgres.NewShardLeaser(admin, postgres.ShardLeaserOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leaser.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dbs := make([]string, nDBs)
+	outboxes := make([]*outbox.Outbox[pgx.Tx], nDBs)
+	setupStart := time.Now()
+	for i := range dbs {
+		dbs[i] = fmt.Sprintf("tenant%03d", i)
+		if _, err := admin.Exec(ctx, "CREATE DATABASE "+dbs[i]); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := pgxpool.ParseConfig(base + " dbname=" + dbs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.MaxConns = 2
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		s, err := postgres.New(pool, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		outboxes[i] = outbox.New[pgx.Tx](s, outbox.Options{})
+	}
+	t.Logf("%d databases created and migrated in %s", nDBs, time.Since(setupStart).Round(time.Millisecond))
+
+	// The processes: slot i runs member "p<i>-<incarnation>".
+	logDir := t.TempDir()
+	type proc struct {
+		cmd  *exec.Cmd
+		done chan struct{}
+	}
+	var (
+		procMu sync.Mutex
+		procs  = make([]*proc, 3)
+		incarn = make([]int, 3)
+	)
+	startProc := func(slot int) {
+		procMu.Lock()
+		defer procMu.Unlock()
+		incarn[slot]++
+		id := fmt.Sprintf("p%d-%d", slot, incarn[slot])
+		cmd := exec.Command(os.Args[0], "-test.run=^TestFleetChaos$", "-test.count=1", "-test.timeout=10m")
+		cmd.Env = append(os.Environ(), fleetChildEnv+"="+id, fleetDSNEnv+"="+base, fleetDBsEnv+"="+strings.Join(dbs, ","),
+			fleetLogEnv+"="+filepath.Join(logDir, id+".log"))
+		out, err := os.Create(filepath.Join(logDir, id+".out"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		p := &proc{cmd: cmd, done: make(chan struct{})}
+		go func() { _ = cmd.Wait(); out.Close(); close(p.done) }()
+		procs[slot] = p
+	}
+	killProc := func(slot int) {
+		procMu.Lock()
+		p := procs[slot]
+		procMu.Unlock()
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	for slot := range procs {
+		startProc(slot)
+	}
+	defer func() {
+		for slot := range procs {
+			killProc(slot)
+		}
+	}()
+
+	// Idle: every database served, nothing enqueued. Its cost is the
+	// transactions the servers count per database and second.
+	waitServed := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			leases, err := leaser.ShardList(ctx, outbox.ShardListParams{})
+			live := 0
+			for _, l := range leases {
+				if !l.Expired {
+					live++
+				}
+			}
+			if err == nil && live == nDBs {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d of %d databases leased (%v)", what, live, nDBs, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitServed("start")
+	time.Sleep(2 * chaosLeaseTTL) // shares settle
+	xacts := func() int64 {
+		var n int64
+		if err := admin.QueryRow(ctx, `SELECT sum(xact_commit + xact_rollback)::bigint FROM pg_stat_database WHERE datname LIKE 'tenant%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if _, err := admin.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+		t.Fatal(err)
+	}
+	idleFrom, idleStart := xacts(), time.Now()
+	time.Sleep(15 * time.Second)
+	idleFor := time.Since(idleStart).Seconds()
+	idleCost := float64(xacts()-idleFrom) / float64(nDBs) / idleFor
+	// What the idle databases ran, per database and second.
+	rows, err := admin.Query(ctx, `SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 70), sum(calls)::bigint FROM pg_stat_statements
+		WHERE dbid IN (SELECT oid FROM pg_database WHERE datname LIKE 'tenant%') GROUP BY 1 ORDER BY 2 DESC LIMIT 8`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var q string
+		var calls int64
+		if err := rows.Scan(&q, &calls); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("idle: %.2f/s per database: %s", float64(calls)/float64(nDBs)/idleFor, q)
+	}
+	rows.Close()
+
+	// Producers: 200 msg/s over every database, 4 groups per database; a
+	// message's commit time is recorded when its Enqueue returned.
+	var (
+		mu        sync.Mutex
+		committed = map[string]time.Time{}
+		perDB     = make([]int, nDBs)
+		counters  = map[[2]int]int{}
+		halt      atomic.Bool
+		prod      sync.WaitGroup
+	)
+	const producers, rate = 8, 200
+	for w := range producers {
+		prod.Add(1)
+		go func() {
+			defer prod.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			tick := time.NewTicker(time.Second * producers / rate)
+			defer tick.Stop()
+			for !halt.Load() {
+				<-tick.C
+				// Worker w owns the databases i with i%producers == w, so
+				// each group's messages are enqueued in order.
+				owned := (nDBs - w + producers - 1) / producers
+				if owned == 0 {
+					return
+				}
+				db := w + producers*rng.IntN(owned)
+				g := rng.IntN(4)
+				mu.Lock()
+				n := counters[[2]int{db, g}]
+				mu.Unlock()
+				m := msg("t", fmt.Sprintf("g%d", g), n)
+				res, err := outboxes[db].Enqueue(ctx, m)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				committed[res[0].Message.ID] = time.Now()
+				counters[[2]int{db, g}]++
+				perDB[db]++
+				mu.Unlock()
+			}
+		}()
+	}
+	steadyFrom := time.Now()
+	time.Sleep(15 * time.Second)
+	steadyTo := time.Now()
+
+	// Chaos: a process is killed every 6 s and started again 1 s later.
+	var kills []time.Time
+	var killed []string
+	rng := rand.New(rand.NewPCG(7, 7))
+	for range 5 {
+		slot := rng.IntN(len(procs))
+		procMu.Lock()
+		killed = append(killed, fmt.Sprintf("p%d-%d", slot, incarn[slot]))
+		procMu.Unlock()
+		kills = append(kills, time.Now())
+		killProc(slot)
+		time.Sleep(time.Second)
+		startProc(slot)
+		time.Sleep(5 * time.Second)
+	}
+	halt.Store(true)
+	prod.Wait()
+	mu.Lock()
+	total := len(committed)
+	mu.Unlock()
+
+	// Drain: every committed message published.
+	var pubs []fleetPub
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		pubs = readFleetLogs(t, logDir)
+		seen := map[string]bool{}
+		for _, p := range pubs {
+			seen[p.id] = true
+		}
+		if len(seen) >= total {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d committed messages published", len(seen), total)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	slices.SortStableFunc(pubs, func(a, b fleetPub) int { return a.at.Compare(b.at) })
+	flog := &fleetLog{pubs: pubs}
+	enq := map[string]int{}
+	for i, n := range perDB {
+		enq[dbs[i]] = n
+	}
+	dups := flog.check(t, enq)
+
+	// Figures.
+	first := map[string]time.Time{}
+	for _, p := range pubs {
+		if _, ok := first[p.id]; !ok {
+			first[p.id] = p.at
+		}
+	}
+	latency := func(from, to time.Time) (p50, p99 time.Duration, n int) {
+		var ls []time.Duration
+		for id, c := range committed {
+			if !c.Before(from) && c.Before(to) {
+				ls = append(ls, first[id].Sub(c))
+			}
+		}
+		slices.Sort(ls)
+		if len(ls) == 0 {
+			return 0, 0, 0
+		}
+		return ls[len(ls)/2], ls[len(ls)*99/100], len(ls)
+	}
+	s50, s99, sn := latency(steadyFrom, steadyTo)
+	c50, c99, cn := latency(steadyTo, time.Now())
+	var resumes []time.Duration
+	for i, k := range kills {
+		// The longest wait, over the databases, for the first publication
+		// after the kill: the killed process's databases set it.
+		var worst time.Duration
+		var worstDB string
+		before, after := map[string]fleetPub{}, map[string]fleetPub{}
+		for _, p := range pubs {
+			if !p.at.After(k) {
+				before[p.db] = p
+			} else if _, ok := after[p.db]; !ok {
+				after[p.db] = p
+			}
+		}
+		for db, p := range after {
+			if d := p.at.Sub(k); d > worst {
+				worst, worstDB = d, db
+			}
+		}
+		resumes = append(resumes, worst.Round(10*time.Millisecond))
+		b, a := before[worstDB], after[worstDB]
+		t.Logf("kill %d (slot of %s): %s waited longest: last published by %s (epoch %d) %s before the kill, next by %s (epoch %d) %s after",
+			i+1, killed[i], worstDB, b.member, b.epoch, k.Sub(b.at).Round(time.Millisecond), a.member, a.epoch, worst.Round(time.Millisecond))
+	}
+	t.Logf("FIGURE fleet: %d databases, 3 processes, lease TTL %s, poll interval 1s with LISTEN", nDBs, chaosLeaseTTL)
+	t.Logf("FIGURE fleet idle cost: %.2f transactions per database per second", idleCost)
+	t.Logf("FIGURE fleet steady %d msg/s: %d messages, commit-to-publish p50 %s, p99 %s",
+		rate, sn, s50.Round(time.Millisecond), s99.Round(time.Millisecond))
+	t.Logf("FIGURE fleet with a kill every 6s: %d messages, p50 %s, p99 %s; longest wait for a database after each kill: %v (target: 2 lease periods, %s)",
+		cn, c50.Round(time.Millisecond), c99.Round(time.Millisecond), resumes, 2*chaosLeaseTTL)
+	t.Logf("FIGURE fleet: %d messages committed, 0 lost, FIFO held, %d published twice, %d kills", total, dups, len(kills))
+}
+
+// fleetRecord is one line of a child's publication log.
+type fleetRecord struct {
+	DB     string `json:"db"`
+	Member string `json:"m"`
+	Epoch  int64  `json:"e"`
+	ID     string `json:"id"`
+	Group  string `json:"g"`
+	N      int    `json:"n"`
+	At     int64  `json:"at"`
+}
+
+func readFleetLogs(t *testing.T, dir string) []fleetPub {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	var pubs []fleetPub
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			var r fleetRecord
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				continue // the last line of a killed process may be cut
+			}
+			pubs = append(pubs, fleetPub{db: r.DB, member: r.Member, epoch: r.Epoch, id: r.ID, group: r.Group, n: r.N, at: time.Unix(0, r.At)})
+		}
+		fh.Close()
+	}
+	return pubs
+}
+
+// fleetChild is one process of TestFleetChaos: a Fleet over the listed
+// databases whose publisher appends each publication to a file before it
+// reports success. It runs until it is killed.
+func fleetChild(t *testing.T) {
+	id := os.Getenv(fleetChildEnv)
+	base := os.Getenv(fleetDSNEnv)
+	dbs := strings.Split(os.Getenv(fleetDBsEnv), ",")
+	out, err := os.OpenFile(os.Getenv(fleetLogEnv), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	coord, err := pgxpool.New(ctx, base+" dbname=postgres pool_max_conns=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaser, err := postgres.NewShardLeaser(coord, postgres.ShardLeaserOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outMu sync.Mutex
+	pub := outbox.PublisherFunc(func(ctx context.Context, ms []outbox.Message) []outbox.Result {
+		sh, _ := outbox.ShardFromContext(ctx)
+		var b []byte
+		now := time.Now().UnixNano()
+		for _, m := range ms {
+			var v struct{ N int }
+			_ = json.Unmarshal(m.Payload, &v)
+			line, _ := json.Marshal(fleetRecord{DB: sh.Shard, Member: id, Epoch: sh.Epoch, ID: m.ID, Group: m.Group, N: v.N, At: now})
+			b = append(append(b, line...), '\n')
+		}
+		outMu.Lock()
+		_, err := out.Write(b)
+		outMu.Unlock()
+		res := make([]outbox.Result, len(ms))
+		for i := range res {
+			if err != nil {
+				res[i] = outbox.Result{Err: err}
+			} else {
+				res[i] = outbox.Result{ProviderMessageID: "p-" + ms[i].ID}
+			}
+		}
+		return res
+	})
+	f, err := outbox.NewFleet(outbox.FleetConfig{
+		ID: id, Databases: outbox.StaticDatabases(dbs...), Leaser: leaser, LeaseTTL: chaosLeaseTTL,
+		Publisher: pub, MaxStoreCalls: 8,
+		Open: func(ctx context.Context, db string) (outbox.ShardStore, error) {
+			cfg, err := pgxpool.ParseConfig(base + " dbname=" + db)
+			if err != nil {
+				return outbox.ShardStore{}, err
+			}
+			cfg.MaxConns = 2
+			cfg.MaxConnIdleTime = 10 * time.Second
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				return outbox.ShardStore{}, err
+			}
+			s, err := postgres.New(pool, postgres.Options{})
+			if err != nil {
+				pool.Close()
+				return outbox.ShardStore{}, err
+			}
+			return outbox.ShardStore{Store: s, Close: pool.Close}, nil
+		},
+		Processor: outbox.Config{AllTopics: true, ProcessingTimeout: chaosProcTimeout, RecoveryInterval: time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Run(ctx) // until killed
+}

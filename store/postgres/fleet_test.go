@@ -1,0 +1,352 @@
+package postgres_test
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/internal/testbackend"
+	"github.com/outboxkit/outboxkit/outbox"
+	"github.com/outboxkit/outboxkit/store/postgres"
+)
+
+// fleetPub is one publication seen by a fleet test's publisher.
+type fleetPub struct {
+	db, member string
+	epoch      int64
+	id         string
+	group      string
+	n          int
+	at         time.Time
+}
+
+// fleetLog records the publications of every instance of a fleet test.
+type fleetLog struct {
+	mu   sync.Mutex
+	pubs []fleetPub
+}
+
+func (l *fleetLog) publisher(t *testing.T, member string) outbox.Publisher {
+	return outbox.PublisherFunc(func(ctx context.Context, ms []outbox.Message) []outbox.Result {
+		sh, ok := outbox.ShardFromContext(ctx)
+		if !ok {
+			t.Error("Publish's context carries no shard lease")
+		}
+		now := time.Now()
+		l.mu.Lock()
+		res := make([]outbox.Result, len(ms))
+		for i, m := range ms {
+			l.pubs = append(l.pubs, fleetPub{db: sh.Shard, member: member, epoch: sh.Epoch, id: m.ID, group: m.Group, n: payloadN(t, m), at: now})
+			res[i] = outbox.Result{ProviderMessageID: "p-" + m.ID}
+		}
+		l.mu.Unlock()
+		return res
+	})
+}
+
+// check verifies what a fleet must keep: every message published, FIFO per
+// group (first publications in enqueue order), and in each database the
+// leases one after the other: no publication under an epoch after a
+// publication under a later one. It returns the duplicates.
+func (l *fleetLog) check(t *testing.T, enqueued map[string]int) (dups int) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	type key struct{ db, group string }
+	seen := map[string]bool{}
+	next := map[key]int{}
+	maxEpoch := map[string]fleetPub{}
+	for _, p := range l.pubs {
+		if last, ok := maxEpoch[p.db]; ok && p.epoch < last.epoch {
+			t.Fatalf("database %s: %s published under epoch %d after %s published under epoch %d", p.db, p.member, p.epoch, last.member, last.epoch)
+		}
+		maxEpoch[p.db] = p
+		if seen[p.id] {
+			dups++
+			continue
+		}
+		seen[p.id] = true
+		k := key{p.db, p.group}
+		if p.n != next[k] {
+			t.Fatalf("database %s group %s: message %d published first while %d was next", p.db, p.group, p.n, next[k])
+		}
+		next[k]++
+	}
+	for db, n := range enqueued {
+		got := 0
+		for k, v := range next {
+			if k.db == db {
+				got += v
+			}
+		}
+		if got != n {
+			t.Fatalf("database %s: %d of %d messages published", db, got, n)
+		}
+	}
+	return dups
+}
+
+// deadLeaser is a ShardLeaser whose instance can be made unreachable: every
+// call fails once dead is set, as for an instance cut off from the
+// coordination database.
+type deadLeaser struct {
+	outbox.ShardLeaser
+	dead atomic.Bool
+}
+
+var errCutOff = errors.New("cut off")
+
+func (d *deadLeaser) ShardAcquire(ctx context.Context, p outbox.ShardAcquireParams) ([]outbox.ShardLease, error) {
+	if d.dead.Load() {
+		return nil, errCutOff
+	}
+	return d.ShardLeaser.ShardAcquire(ctx, p)
+}
+
+func (d *deadLeaser) ShardList(ctx context.Context, p outbox.ShardListParams) ([]outbox.ShardLease, error) {
+	if d.dead.Load() {
+		return nil, errCutOff
+	}
+	return d.ShardLeaser.ShardList(ctx, p)
+}
+
+func (d *deadLeaser) ShardMembers(ctx context.Context, p outbox.ShardMembersParams) ([]string, error) {
+	if d.dead.Load() {
+		return nil, errCutOff
+	}
+	return d.ShardLeaser.ShardMembers(ctx, p)
+}
+
+func (d *deadLeaser) ShardRelease(ctx context.Context, p outbox.ShardReleaseParams) error {
+	if d.dead.Load() {
+		return errCutOff
+	}
+	return d.ShardLeaser.ShardRelease(ctx, p)
+}
+
+func (d *deadLeaser) ShardRenew(ctx context.Context, p outbox.ShardRenewParams) ([]outbox.ShardLease, error) {
+	if d.dead.Load() {
+		return nil, errCutOff
+	}
+	return d.ShardLeaser.ShardRenew(ctx, p)
+}
+
+// waitShares waits until the fleets serve exactly want databases each (in
+// order), and returns how long that took.
+func waitShares(t *testing.T, what string, timeout time.Duration, fleets []*outbox.Fleet, want ...int) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		got := make([]int, len(fleets))
+		for i, f := range fleets {
+			for _, s := range f.Status().Shards {
+				if !s.Stopping && s.Err == nil && s.Health.Running {
+					got[i]++
+				}
+			}
+		}
+		if slices.Equal(got, want) {
+			return time.Since(start)
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("%s: the fleets serve %v databases, want %v", what, got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestFleet runs fleets over 8 outboxes (schemas standing in for databases)
+// while messages are enqueued into each: a second instance takes half,
+// an instance that leaves hands its share back at once, and the shares of
+// an instance cut off from the coordination database move once its
+// leases expire, it having stopped its processors before. Nothing is lost,
+// FIFO holds per group, and each database's leases never overlap.
+func TestFleet(t *testing.T) {
+	t.Parallel()
+	pg := testbackend.Postgres(t, 8)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	leaser, err := postgres.NewShardLeaser(pg.Pool, postgres.ShardLeaserOptions{Schema: pg.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leaser.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var dbs []string
+	outboxes := map[string]*outbox.Outbox[pgx.Tx]{}
+	for i := range 8 {
+		name := fmt.Sprintf("%s_db%d", pg.Name, i)
+		s, err := postgres.New(pg.Pool, postgres.Options{Schema: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if c, err := pgx.Connect(ctx, pg.DSN); err == nil {
+				_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS "+name+" CASCADE")
+				_ = c.Close(ctx)
+			}
+		})
+		dbs = append(dbs, name)
+		outboxes[name] = outbox.New[pgx.Tx](s, outbox.Options{})
+	}
+
+	log := &fleetLog{}
+	type instance struct {
+		fleet  *outbox.Fleet
+		leaser *deadLeaser
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	start := func(id string) *instance {
+		pool, err := pgxpool.New(ctx, pg.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dl := &deadLeaser{ShardLeaser: leaser}
+		f, err := outbox.NewFleet(outbox.FleetConfig{
+			ID: id, Databases: outbox.StaticDatabases(dbs...), Leaser: dl, LeaseTTL: 2 * time.Second,
+			MaxStoreCalls: 4, Publisher: log.publisher(t, id),
+			Open: func(ctx context.Context, db string) (outbox.ShardStore, error) {
+				s, err := postgres.New(pool, postgres.Options{Schema: db})
+				return outbox.ShardStore{Store: s}, err
+			},
+			Processor: outbox.Config{AllTopics: true, PollInterval: 100 * time.Millisecond, ProcessingTimeout: 3 * time.Second, RecoveryInterval: 200 * time.Millisecond},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fctx, fcancel := context.WithCancel(ctx)
+		in := &instance{fleet: f, leaser: dl, cancel: fcancel, done: make(chan struct{})}
+		go func() {
+			defer close(in.done)
+			defer pool.Close()
+			if err := f.Run(fctx); err != nil {
+				t.Error(err)
+			}
+		}()
+		return in
+	}
+	stop := func(in *instance) { in.cancel(); <-in.done }
+
+	// Producers: one message every few milliseconds into a database and
+	// group in turn.
+	var (
+		mu       sync.Mutex
+		enqueued = map[string]int{}
+		counter  = map[string]int{}
+		halt     atomic.Bool
+		prod     sync.WaitGroup
+	)
+	prod.Add(1)
+	go func() {
+		defer prod.Done()
+		for i := 0; !halt.Load(); i++ {
+			db := dbs[i%len(dbs)]
+			group := fmt.Sprintf("g%d", (i/len(dbs))%3)
+			mu.Lock()
+			n := counter[db+"/"+group]
+			mu.Unlock()
+			if _, err := outboxes[db].Enqueue(ctx, msg("t", group, n)); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			counter[db+"/"+group]++
+			enqueued[db]++
+			mu.Unlock()
+			time.Sleep(3 * time.Millisecond)
+		}
+	}()
+
+	a := start("a")
+	waitShares(t, "one instance", 20*time.Second, []*outbox.Fleet{a.fleet}, 8)
+	b := start("b")
+	took := waitShares(t, "a second instance joins", 20*time.Second, []*outbox.Fleet{a.fleet, b.fleet}, 4, 4)
+	t.Logf("a second instance had its share %s after it started", took.Round(time.Millisecond))
+	stop(b)
+	took = waitShares(t, "the second instance leaves", 20*time.Second, []*outbox.Fleet{a.fleet}, 8)
+	t.Logf("the remaining instance served everything %s after the other left", took.Round(time.Millisecond))
+
+	c := start("c")
+	waitShares(t, "a third instance joins", 20*time.Second, []*outbox.Fleet{a.fleet, c.fleet}, 4, 4)
+	// a is cut off from the coordination database: it must stop its
+	// processors before its leases can expire; c takes them after.
+	a.leaser.dead.Store(true)
+	cutAt := time.Now()
+	waitShares(t, "the cut-off instance stops", 10*time.Second, []*outbox.Fleet{a.fleet}, 0)
+	stopped := time.Since(cutAt)
+	took = waitShares(t, "the cut-off instance's share moves", 20*time.Second, []*outbox.Fleet{c.fleet}, 8)
+	t.Logf("cut off: its processors stopped %s after, and its share was served again %s after (lease TTL 2s)",
+		stopped.Round(time.Millisecond), (stopped + took).Round(time.Millisecond))
+	if st := a.fleet.Status(); st.LeaseErr == nil {
+		t.Fatal("the cut-off instance reports no leaser error")
+	}
+
+	halt.Store(true)
+	prod.Wait()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		done := true
+		for _, s := range c.fleet.Status().Shards {
+			if s.Progress.InFlight > 0 {
+				done = false
+			}
+		}
+		mu.Lock()
+		total := 0
+		for _, n := range enqueued {
+			total += n
+		}
+		mu.Unlock()
+		log.mu.Lock()
+		ids := map[string]bool{}
+		for _, p := range log.pubs {
+			ids[p.id] = true
+		}
+		log.mu.Unlock()
+		if done && len(ids) == total {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d messages published", len(ids), total)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop(c)
+	stop(a)
+	dups := log.check(t, enqueued)
+	mu.Lock()
+	total := 0
+	for _, n := range enqueued {
+		total += n
+	}
+	mu.Unlock()
+	t.Logf("%d messages over %d databases, %d published twice", total, len(dbs), dups)
+
+	// Every instance left or was cut off: the stopped ones hold nothing.
+	leases, err := leaser.ShardList(ctx, outbox.ShardListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(leases, func(x, y outbox.ShardLease) int { return cmp.Compare(x.Shard, y.Shard) })
+	for _, l := range leases {
+		if l.Owner == "c" && !l.Expired {
+			t.Fatalf("lease of %s still held by c after it stopped", l.Shard)
+		}
+	}
+}
