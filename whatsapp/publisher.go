@@ -18,8 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/outboxkit/outboxkit/internal/redact"
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -97,6 +95,13 @@ type Config struct {
 	Timeout time.Duration
 	// Errors classifies Meta's error codes. Defaults to DefaultErrorMap().
 	Errors *ErrorMap
+	// ErrorClasses overrides the class of some codes for this deployment
+	// (parse them with ParseErrorClasses, e.g. "131026=retryable"): the
+	// publisher classifies with a copy of Errors that gives each of these
+	// codes its class. The default map follows Meta's current error-code
+	// reference, which differs from older tables on some codes; a
+	// deployment that sees otherwise sets them here. Defaults to none.
+	ErrorClasses map[int]ErrorClass
 	// Windows, when set, is checked before every free-form (non-template)
 	// message: outside the window the message fails with CodeWindowClosed
 	// and no HTTP call is made. Defaults to no check (Meta then answers
@@ -112,14 +117,18 @@ type Config struct {
 	// here. Defaults to no quota.
 	Quotas QuotaStore
 	// Throughput is the most messages per second sent from one business
-	// phone number by this Publisher: sends are spaced by 1/Throughput
-	// (golang.org/x/time/rate with a burst of one), so no one-second window
-	// holds more than Throughput of them and Meta's 80/s limit is not
-	// tripped; the limiter is process-local, so with several replicas give
-	// each its share. A message waits up to a second for its turn; one
-	// that would wait longer is deferred (outbox.Defer, CodeThrottled, no
-	// attempt counted) rather than hold its lease. Defaults to
-	// DefaultThroughput; negative disables it.
+	// phone number by this Publisher, counted where Meta counts them: no
+	// one-second window holds more than Throughput requests arriving at
+	// the Cloud API, whatever the delays between the publisher and Meta.
+	// Each send holds one of Throughput places from its start until a
+	// second after its answer, so the rate reached is Throughput per
+	// (1 s + the answer's round trip), e.g. about 66/s for 80 with 200 ms
+	// answers: the margin Meta's per-second limit needs. Sends are also
+	// paced 1/Throughput apart. The limiter is process-local, so with
+	// several replicas give each its share. A message waits up to a second
+	// for its slot; one that would wait longer is deferred (outbox.Defer,
+	// CodeThrottled, no attempt counted) rather than hold its lease.
+	// Defaults to DefaultThroughput; negative disables it.
 	Throughput float64
 	// DefaultLanguage is the template language of seed-shaped payloads that
 	// name none. Defaults to "en_US".
@@ -210,6 +219,13 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 	}
 	if cfg.Errors == nil {
 		cfg.Errors = DefaultErrorMap()
+	}
+	if len(cfg.ErrorClasses) > 0 {
+		m, err := cfg.Errors.WithClasses(cfg.ErrorClasses)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Errors = m
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -303,23 +319,23 @@ func (p *Publisher) Send(ctx context.Context, m *outbox.Message) outbox.Result {
 	// throughput is not counted against the quota.
 	var (
 		wait time.Duration
-		slot *rate.Reservation
+		sl   *slot
 	)
 	if p.limiter != nil {
-		slot, wait = p.limiter.reserve(creds.PhoneNumberID, time.Now())
+		sl, wait = p.limiter.reserve(creds.PhoneNumberID, time.Now())
 		if wait > maxThroughputWait {
-			slot.Cancel()
+			sl.cancel()
 			return outbox.Result{Err: outbox.Defer(positive(wait), CodeThrottled, fmt.Sprintf("the business phone number's throughput limit of %g messages per second is reached", p.cfg.Throughput))}
 		}
 	}
 	if p.cfg.Quotas != nil {
 		st, ok, err := p.cfg.Quotas.QuotaConsume(ctx, m.Tenant, now)
 		if err != nil {
-			cancelSlot(slot)
+			sl.cancel()
 			return outbox.Result{Err: p.stateUnavailable(ctx, m, "the quota store failed", err)}
 		}
 		if !ok {
-			cancelSlot(slot)
+			sl.cancel()
 			if st.Throttled {
 				return outbox.Result{Err: outbox.Defer(positive(st.ThrottledUntil.Sub(now)), CodeThrottled, "the tenant is throttled after a rate limit until "+st.ThrottledUntil.Format(time.RFC3339))}
 			}
@@ -330,6 +346,13 @@ func (p *Publisher) Send(ctx context.Context, m *outbox.Message) outbox.Result {
 		if err := sleep(ctx, wait); err != nil {
 			return outbox.Result{Err: fmt.Errorf("%w: %w", outbox.ErrNotAttempted, err)}
 		}
+	}
+	if sl != nil {
+		done, err := sl.admit(ctx)
+		if err != nil {
+			return outbox.Result{Err: fmt.Errorf("%w: %w", outbox.ErrNotAttempted, err)}
+		}
+		defer done()
 	}
 	return p.post(ctx, m, req, creds)
 }
@@ -392,13 +415,6 @@ func (p *Publisher) pause(ctx context.Context, tenant string, creds Credentials,
 // throughput token; a longer wait defers it instead, so it does not hold
 // its lease (and the rest of its batch) while it waits.
 const maxThroughputWait = time.Second
-
-// cancelSlot gives back a send slot taken and not used.
-func cancelSlot(slot *rate.Reservation) {
-	if slot != nil {
-		slot.Cancel()
-	}
-}
 
 // positive makes a deferral at least a second, so a deferred message is
 // never due again at once.
@@ -598,36 +614,161 @@ func isTimeout(err error) bool {
 // stored message (a server may echo them back).
 func secrets(c Credentials) []string { return []string{c.AccessToken, c.AppSecret, c.VerifyToken} }
 
-// limiter paces sends per key (business phone number) with
-// golang.org/x/time/rate. Its burst is one message: sends are spaced by at
-// least 1/rate, so any one-second window holds at most rate of them, also
-// after an idle spell (a bucket that started full with a second's worth of
-// tokens let twice the rate through in the first second).
+// limiter keeps each key's (business phone number's) sends to at most n
+// in any one-second window, where it counts: at the server. A send reaches
+// Meta some time after the publisher let it go (goroutine scheduling, the
+// connection, the network, a stall on either side), and that time varies,
+// so spacing the starts 1/n apart (what a token bucket does) lets n+1
+// arrive within a second whenever an early send is slowed more than a
+// later one.
+//
+// So each send holds one of n places from the moment it starts until a
+// second after its answer came back (an answer comes after the request
+// arrived). A send starts only when fewer than n sends are in flight or
+// were answered within the last second. Then, for any one-second window at
+// the server, the last of the sends arriving in it started when every
+// other one was either in flight or answered less than a second before
+// (each of them arrived, and so was answered, no earlier than the window's
+// start): at most n-1 others, whatever the delays. The price is that a
+// place is held for the answer's round trip on top of the second: with
+// answers taking 200 ms, 80 places give about 66 sends a second.
+//
+// Before that, reserve hands out slots spaced by 1/n, so that a caller
+// learns at once roughly how long it would wait (and defers the message
+// instead of holding its lease when that is too long), and the sends of a
+// burst are spread over the second rather than sent at once.
 type limiter struct {
-	rate rate.Limit
-	mu   sync.Mutex
-	b    map[string]*rate.Limiter
+	n       int
+	spacing time.Duration
+	mu      sync.Mutex
+	keys    map[string]*pace
+}
+
+// pace is one key's state.
+type pace struct {
+	next     time.Time     // the next free slot
+	inFlight int           // sends started and not answered yet
+	answered []time.Time   // when sends were answered, oldest first; kept for a second
+	changed  chan struct{} // closed (and replaced) when a send is answered
+}
+
+// slot is a reserved send slot.
+type slot struct {
+	l  *limiter
+	p  *pace
+	at time.Time
 }
 
 func newLimiter(perSecond float64) *limiter {
-	// A hair under the rate: the limiter computes in floating point, and
-	// spacing rounded down by a nanosecond would fit rate+1 sends in a
-	// second.
-	return &limiter{rate: rate.Limit(perSecond * (1 - 1e-6)), b: map[string]*rate.Limiter{}}
+	n := max(1, int(math.Floor(perSecond)))
+	spacing := time.Duration(math.Ceil(float64(time.Second) / perSecond)) // rounded up: n spacings span a second
+	return &limiter{n: n, spacing: spacing, keys: map[string]*pace{}}
+}
+
+func (l *limiter) pace(key string) *pace {
+	p := l.keys[key]
+	if p == nil {
+		p = &pace{changed: make(chan struct{})}
+		l.keys[key] = p
+	}
+	return p
 }
 
 // reserve takes key's next send slot at or after now and returns it with
 // how long to wait for it.
-func (l *limiter) reserve(key string, now time.Time) (*rate.Reservation, time.Duration) {
+func (l *limiter) reserve(key string, now time.Time) (*slot, time.Duration) {
 	l.mu.Lock()
-	lim := l.b[key]
-	if lim == nil {
-		lim = rate.NewLimiter(l.rate, 1)
-		l.b[key] = lim
+	defer l.mu.Unlock()
+	p := l.pace(key)
+	at := now
+	if p.next.After(at) {
+		at = p.next
 	}
-	l.mu.Unlock()
-	r := lim.ReserveN(now, 1)
-	return r, r.DelayFrom(now)
+	p.next = at.Add(l.spacing)
+	return &slot{l: l, p: p, at: at}, at.Sub(now)
+}
+
+// cancel gives the slot back when no later slot was handed out since.
+func (s *slot) cancel() {
+	if s == nil {
+		return
+	}
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	if s.p.next.Equal(s.at.Add(s.l.spacing)) {
+		s.p.next = s.at
+	}
+}
+
+// admitAt starts a send of p at now and returns 0 when fewer than n sends
+// are in flight or were answered within the second before now; otherwise
+// it starts nothing and returns how long until an answered send frees its
+// place (-1: only an answer can free one). The caller holds l.mu.
+func (l *limiter) admitAt(p *pace, now time.Time) time.Duration {
+	i := 0
+	for i < len(p.answered) && now.Sub(p.answered[i]) >= time.Second {
+		i++
+	}
+	p.answered = p.answered[i:]
+	if p.inFlight+len(p.answered) < l.n {
+		p.inFlight++
+		return 0
+	}
+	if len(p.answered) == 0 {
+		return -1
+	}
+	return p.answered[0].Add(time.Second).Sub(now)
+}
+
+// answeredAt records that a send of p started by admitAt was answered (or
+// failed) at now. The caller holds l.mu.
+func (l *limiter) answeredAt(p *pace, now time.Time) {
+	p.inFlight--
+	p.answered = append(p.answered, now)
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// admit waits until the slot's send may start (see limiter) and starts
+// it; call the returned done once the send was answered or failed. Times
+// are read under the lock, so they are recorded in the order they happened.
+func (s *slot) admit(ctx context.Context) (done func(), err error) {
+	l, p := s.l, s.p
+	for {
+		l.mu.Lock()
+		d := l.admitAt(p, time.Now())
+		changed := p.changed
+		l.mu.Unlock()
+		if d == 0 {
+			var once sync.Once
+			return func() {
+				once.Do(func() {
+					l.mu.Lock()
+					l.answeredAt(p, time.Now())
+					l.mu.Unlock()
+				})
+			}, nil
+		}
+		var (
+			t     *time.Timer
+			timer <-chan time.Time
+		)
+		if d > 0 {
+			t = time.NewTimer(d)
+			timer = t.C
+		}
+		select {
+		case <-timer:
+		case <-changed:
+		case <-ctx.Done():
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
