@@ -1,12 +1,15 @@
 package whatsapp
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/outboxkit/outboxkit/outbox"
 )
 
 // Scope says what a rate-limit error throttles.
@@ -177,4 +180,86 @@ func (m *ErrorMap) Classify(code int, details string) ErrorSpec {
 		return ErrorSpec{Code: code, Description: "rate limit", Retryable: true, RateLimit: ScopeTenant, RetryAfter: time.Minute}
 	}
 	return ErrorSpec{Code: code, Description: "unknown error code " + strconv.Itoa(code), Retryable: true}
+}
+
+// ErrorClass is a deployment's own decision about an error code, over the
+// map's: whether a message that gets it is tried again or fails at once.
+type ErrorClass string
+
+// The classes a deployment may give a code (Config.ErrorClasses).
+const (
+	// ClassRetryable: the message is retried with the processor's backoff,
+	// the attempt counted. A rate-limit code keeps its throttle.
+	ClassRetryable ErrorClass = "retryable"
+	// ClassPermanent: the message fails at once (dead letter). A
+	// rate-limit or credentials code loses its throttle or pause.
+	ClassPermanent ErrorClass = "permanent"
+)
+
+// ParseErrorClasses parses a deployment's overrides, written as
+// "131026=retryable,133004=permanent" (commas or white space between the
+// entries), for Config.ErrorClasses. It refuses a code that is not a
+// number, a class that is neither retryable nor permanent, and a code given
+// twice.
+func ParseErrorClasses(s string) (map[int]ErrorClass, error) {
+	out := map[int]ErrorClass{}
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' }) {
+		codeStr, class, ok := strings.Cut(f, "=")
+		code, err := strconv.Atoi(strings.TrimSpace(codeStr))
+		if !ok || err != nil || code < 0 {
+			return nil, outbox.InvalidParam("error classes", fmt.Sprintf("%q is not CODE=retryable or CODE=permanent", f))
+		}
+		c := ErrorClass(strings.ToLower(strings.TrimSpace(class)))
+		if c != ClassRetryable && c != ClassPermanent {
+			return nil, outbox.InvalidParam("error classes", fmt.Sprintf("%q: the class must be retryable or permanent", f))
+		}
+		if _, dup := out[code]; dup {
+			return nil, outbox.InvalidParam("error classes", fmt.Sprintf("code %d is given twice", code))
+		}
+		out[code] = c
+	}
+	return out, nil
+}
+
+// WithClasses returns a copy of m in which each code of classes has that
+// class; m itself is unchanged. A code the map does not know gets an entry
+// of its own.
+func (m *ErrorMap) WithClasses(classes map[int]ErrorClass) (*ErrorMap, error) {
+	m.mu.RLock()
+	c := &ErrorMap{m: maps.Clone(m.m)}
+	m.mu.RUnlock()
+	if c.m == nil {
+		c.m = map[int]ErrorSpec{}
+	}
+	for code, class := range classes {
+		s := c.Classify(code, "")
+		switch class {
+		case ClassRetryable:
+			s.Retryable = true
+		case ClassPermanent:
+			s.Retryable, s.RateLimit, s.RetryAfter = false, ScopeNone, 0
+		default:
+			return nil, outbox.InvalidParam("Config.ErrorClasses", fmt.Sprintf("code %d: unknown class %q (retryable or permanent)", code, class))
+		}
+		s.Code = code
+		s.Description += " (class " + string(class) + " by configuration)"
+		c.m[code] = s
+	}
+	return c, nil
+}
+
+// Class is the class the spec gives its code: "rate limit" (deferred, no
+// attempt counted, the tenant or recipient throttled), "paused" (deferred
+// until the tenant's credentials change), "retryable" or "permanent".
+func (s ErrorSpec) Class() string {
+	switch {
+	case s.RateLimit == ScopeCredentials:
+		return "paused"
+	case s.RateLimit != ScopeNone:
+		return "rate limit"
+	case s.Retryable:
+		return "retryable"
+	default:
+		return "permanent"
+	}
 }

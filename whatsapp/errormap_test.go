@@ -2,6 +2,7 @@ package whatsapp
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"testing"
@@ -139,5 +140,50 @@ func TestEveryMappedCodeThroughTheAPI(t *testing.T) {
 				t.Fatalf("next message throttled = %v for scope %v (%v)", throttledNow, spec.RateLimit, res2.Err)
 			}
 		})
+	}
+}
+
+// A deployment overrides a code's class: the publisher follows it, the
+// default map is untouched, and a bad override is refused.
+func TestErrorClassesOverride(t *testing.T) {
+	t.Parallel()
+	classes, err := ParseErrorClasses("131026=retryable, 133004=permanent 130429=permanent,999=retryable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := DefaultErrorMap().WithClasses(classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for code, want := range map[int]string{131026: "retryable", 133004: "permanent", 130429: "permanent", 999: "retryable", 131047: "permanent", 131000: "retryable"} {
+		if got := m.Classify(code, "").Class(); got != want {
+			t.Errorf("code %d with overrides: %s, want %s", code, got, want)
+		}
+	}
+	if DefaultErrorMap().Classify(131026, "").Class() != "permanent" || DefaultErrorMap().Classify(133004, "").Class() != "retryable" {
+		t.Error("the default map changed")
+	}
+	for _, bad := range []string{"131026", "x=retryable", "131026=maybe", "1=retryable,1=permanent", "-4=permanent"} {
+		if _, err := ParseErrorClasses(bad); !errors.Is(err, outbox.ErrInvalidInput) {
+			t.Errorf("%q: %v, want an invalid-input error", bad, err)
+		}
+	}
+	if _, err := NewPublisher(Config{Credentials: testCreds(), ErrorClasses: map[int]ErrorClass{1: "sometimes"}}); !errors.Is(err, outbox.ErrInvalidInput) {
+		t.Errorf("NewPublisher with an unknown class: %v", err)
+	}
+
+	// The publisher: 131026 retried (attempt counted), not dead-lettered.
+	api := newFakeAPI(t)
+	api.setHandler(func(w http.ResponseWriter, r *http.Request, body map[string]any, n int) {
+		writeMetaError(w, 400, 131026, "Message undeliverable")
+	})
+	p := newTestPublisher(t, api, func(c *Config) { c.ErrorClasses = classes })
+	r := p.Publish(context.Background(), []outbox.Message{msg("org-1", templatePayload)})[0]
+	if pe := publishErr(t, r); pe.Permanent || pe.Code != "131026" {
+		t.Fatalf("131026 with the override: %+v, want retryable", pe)
+	}
+	p = newTestPublisher(t, api, nil)
+	if pe := publishErr(t, p.Publish(context.Background(), []outbox.Message{msg("org-1", templatePayload)})[0]); !pe.Permanent {
+		t.Fatalf("131026 by default: %+v, want permanent", pe)
 	}
 }
