@@ -99,6 +99,14 @@ func (h *Webhook) notify(w http.ResponseWriter, r *http.Request) {
 	// tenant the notification touches.
 	if !h.cfg.InsecureSkipSignature {
 		checked := map[string]bool{}
+		if len(known) == 0 && len(unknownPID) > 0 && h.cfg.AppSecret == "" {
+			// Every phone number ID is unknown and there is no shared app
+			// secret: the signature cannot be checked, so the notification
+			// is not acknowledged as if it had been.
+			log.WarnContext(ctx, "whatsapp: webhook refused: no phone number id of the notification is known, so its signature cannot be verified")
+			http.Error(w, "unknown phone number id: the signature cannot be verified", http.StatusUnauthorized)
+			return
+		}
 		if len(known) == 0 && h.cfg.AppSecret != "" {
 			if VerifySignature(body, sig, h.cfg.AppSecret) != nil {
 				http.Error(w, "invalid signature", http.StatusUnauthorized)

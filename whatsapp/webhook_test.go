@@ -494,6 +494,9 @@ func TestWebhookSharedAppSecret(t *testing.T) {
 	if w := post(b.hook, unknown, Sign(unknown, "nope")); w.Code != 401 {
 		t.Fatalf("unknown number, bad signature: %d", w.Code)
 	}
+	if w := post(b.hook, unknown, Sign(unknown, "one-app-secret")); w.Code != 200 {
+		t.Fatalf("unknown number, verified by the shared secret: %d", w.Code)
+	}
 }
 
 func TestWebhookUnknownWamidAndNumber(t *testing.T) {
@@ -503,9 +506,11 @@ func TestWebhookUnknownWamidAndNumber(t *testing.T) {
 	if w := post(b.hook, body, Sign(body, testSecret)); w.Code != 200 {
 		t.Fatalf("unknown wamid: %d (Meta would retry for days)", w.Code)
 	}
+	// A phone number ID no tenant has: no secret can verify the signature
+	// (none is shared), so it is not acknowledged as if it were verified.
 	body = statusBody("999999", st("wamid.NOPE", "delivered", time.Now().Unix()))
-	if w := post(b.hook, body, Sign(body, testSecret)); w.Code != 200 {
-		t.Fatalf("unknown phone number id: %d", w.Code)
+	if w := post(b.hook, body, Sign(body, testSecret)); w.Code != 401 {
+		t.Fatalf("unknown phone number id: %d, want 401 (nothing verified it)", w.Code)
 	}
 }
 
