@@ -22,7 +22,6 @@ require (
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
-	golang.org/x/time v0.12.0
 	modernc.org/sqlite v1.61.1
 )
 
