@@ -65,8 +65,9 @@ type FleetConfig struct {
 	ID string
 	// Databases lists the databases (shards) the fleet serves, by names the
 	// program's Open understands. It is called when Run starts and every
-	// RefreshInterval; when it fails the last list is kept. Every instance
-	// must list the same databases. StaticDatabases wraps a fixed list.
+	// RefreshInterval, with a context that ends after LeaseTTL/4; when it
+	// fails the last list is kept. Every instance must list the same
+	// databases. StaticDatabases wraps a fixed list.
 	Databases func(ctx context.Context) ([]string, error)
 	// RefreshInterval is how often Databases is called again. Defaults to
 	// 30s.
@@ -268,37 +269,23 @@ func (f *Fleet) shutdown() {
 	}
 }
 
-// renew is one round: list the databases when due, heartbeat, renew the
-// leases held, stop what is at risk, and rebalance.
+// renew is one round: heartbeat, renew the leases held, stop what is at
+// risk, list the databases when due, and rebalance. Each step has its own
+// deadline (callTimeout), so a slow listing never delays a renewal.
 func (f *Fleet) renew(ctx context.Context) {
 	start := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, f.callTimeout())
-	defer cancel()
 	f.mu.Lock()
-	listDue := f.listed.IsZero() || start.Sub(f.listed) >= f.cfg.RefreshInterval
 	f.ticks++
 	first := f.ticks == 1
 	f.mu.Unlock()
-	if listDue {
-		dbs, err := f.cfg.Databases(cctx)
-		f.mu.Lock()
-		f.listErr = err
-		if err == nil {
-			dbs = slices.Clone(dbs)
-			slices.Sort(dbs)
-			f.dbs, f.listed = slices.Compact(dbs), start
-		}
-		f.mu.Unlock()
-		if err != nil && ctx.Err() == nil {
-			f.log.Warn("listing the databases failed; keeping the last list", "err", err)
-		}
-	}
+	cctx, cancel := context.WithTimeout(ctx, f.callTimeout())
 	members, err := f.cfg.Leaser.ShardMembers(cctx, ShardMembersParams{Member: f.cfg.ID, TTL: f.cfg.LeaseTTL})
 	var renewed []ShardLease
 	var renewErr error
 	if held := f.heldNames(); err == nil && len(held) > 0 {
 		renewed, renewErr = f.cfg.Leaser.ShardRenew(cctx, ShardRenewParams{Member: f.cfg.ID, Shards: held, TTL: f.cfg.LeaseTTL})
 	}
+	cancel()
 	if ctx.Err() != nil {
 		return
 	}
@@ -326,17 +313,44 @@ func (f *Fleet) renew(ctx context.Context) {
 			f.stopLocked(sh, "its lease could not be renewed for half of LeaseTTL")
 		}
 	}
+	listDue := f.listed.IsZero() || start.Sub(f.listed) >= f.cfg.RefreshInterval
+	f.mu.Unlock()
+	if listDue {
+		f.list(ctx, start)
+	}
 	if err != nil || renewErr != nil || first {
 		// The first round only joins: instances started together see each
 		// other before they take their shares.
-		f.mu.Unlock()
 		return
 	}
+	f.mu.Lock()
 	need := f.rebalanceLocked()
 	f.mu.Unlock()
 	if need > 0 {
-		f.acquire(cctx, need)
+		actx, cancel := context.WithTimeout(ctx, f.callTimeout())
+		f.acquire(actx, need)
+		cancel()
 	}
+}
+
+// list calls FleetConfig.Databases and keeps its answer, or the last one
+// when it fails.
+func (f *Fleet) list(ctx context.Context, now time.Time) {
+	lctx, cancel := context.WithTimeout(ctx, f.callTimeout())
+	defer cancel()
+	dbs, err := f.cfg.Databases(lctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.listErr = err
+	if err != nil {
+		if ctx.Err() == nil {
+			f.log.Warn("listing the databases failed; keeping the last list", "err", err)
+		}
+		return
+	}
+	dbs = slices.Clone(dbs)
+	slices.Sort(dbs)
+	f.dbs, f.listed = slices.Compact(dbs), now
 }
 
 // callTimeout bounds a renewal round's calls to the Leaser (and a

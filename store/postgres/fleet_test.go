@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -348,5 +349,88 @@ func TestFleet(t *testing.T) {
 		if l.Owner == "c" && !l.Expired {
 			t.Fatalf("lease of %s still held by c after it stopped", l.Shard)
 		}
+	}
+}
+
+// TestFleetFollowsDatabaseList: a database added to the list is served at
+// the next listing, and one removed is stopped and its lease released.
+func TestFleetFollowsDatabaseList(t *testing.T) {
+	t.Parallel()
+	pg := testbackend.Postgres(t, 8)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leaser, err := postgres.NewShardLeaser(pg.Pool, postgres.ShardLeaserOptions{Schema: pg.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leaser.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	listed := []string{pg.Name + "_x", pg.Name + "_y"}
+	f, err := outbox.NewFleet(outbox.FleetConfig{
+		ID: "solo", LeaseTTL: time.Second, RefreshInterval: 100 * time.Millisecond, Leaser: leaser,
+		Databases: func(context.Context) ([]string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(listed), nil
+		},
+		Open: func(ctx context.Context, db string) (outbox.ShardStore, error) {
+			s, err := postgres.New(pg.Pool, postgres.Options{Schema: db})
+			if err != nil {
+				return outbox.ShardStore{}, err
+			}
+			return outbox.ShardStore{Store: s}, s.Migrate(ctx)
+		},
+		Publisher: outbox.PublishEach(func(context.Context, outbox.Message) outbox.Result { return outbox.Result{} }),
+		Processor: outbox.Config{AllTopics: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"_x", "_y", "_z"} {
+		t.Cleanup(func() { _, _ = pg.Pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pg.Name+s+" CASCADE") })
+	}
+	fctx, fcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.Run(fctx) }()
+	serving := func(want ...string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var got []string
+			for _, s := range f.Status().Shards {
+				name := strings.TrimPrefix(s.Database, pg.Name)
+				if !s.Health.Running || s.Stopping {
+					name += " (not running)" // a stopping shard's lease is released once it is gone
+				}
+				got = append(got, name)
+			}
+			if slices.Equal(got, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("serving %v, want %v", got, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	serving("_x", "_y")
+	mu.Lock()
+	listed = []string{pg.Name + "_y", pg.Name + "_z"}
+	mu.Unlock()
+	serving("_y", "_z")
+	leases, err := leaser.ShardList(ctx, outbox.ShardListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases {
+		if l.Shard == pg.Name+"_x" && !l.Expired {
+			t.Fatalf("the lease of a database no longer listed is still held: %+v", l)
+		}
+	}
+	fcancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
