@@ -10,20 +10,28 @@
 //	})
 //	mux.Handle("/outbox/", http.StripPrefix("/outbox", h))
 //
-// The dashboard is at /outbox/: counts per topic, the storage report when
-// the store has one (outbox.StorageReporter), the dead letters (with
-// Requeue, Cancel and their attempt history), and which dead letters hold
-// their group under the block policy (outbox.DeadLetterBlock), with a
-// filter for them; cancelling one releases its group. The API, under
+// The console is at /outbox/: warnings, pictures of the last hour's
+// throughput and latency and of queue depth, counts per topic with pause
+// and resume, the messages of each state with filters, search, selection
+// and bulk requeue or cancel (a dry-run count first), a page per message
+// (its history, payload, attempts and trace ID), the groups and what holds
+// them (a dead letter under the block policy, outbox.DeadLetterBlock, a
+// pause, a retry), the processors and their leases, and the storage report
+// when the store has one (outbox.StorageReporter). The API, under
 // /outbox/api/:
 //
-//	GET    api/stats                       counts by status and oldest pending age per topic, pauses,
+//	GET    api/stats                       counts by status and oldest pending age per topic, pauses, warnings,
 //	                                       and the storage report when the store has one (outbox.StorageReporter)
 //	GET    api/messages?FILTER             messages of every tenant, paged (after_seq, limit)
 //	GET    api/messages/{id}?tenant=T      one message with its attempts
 //	POST   api/messages/{id}/requeue?tenant=T   a FAILED message back to PENDING
 //	POST   api/messages/{id}/cancel?tenant=T    a PENDING or FAILED message to CANCELLED
 //	POST   api/requeue                     bulk requeue of dead letters: {"filter": {...}, "all": false, "dry_run": true}
+//	POST   api/cancel                      bulk cancel of PENDING or FAILED messages: {"filter": {...}, "dry_run": true}
+//	GET    api/search?q=Q[&tenant=T]       messages whose ID, idempotency key or provider message ID is Q
+//	GET    api/groups[?blocked=true]       groups with waiting messages: their head and what holds them
+//	GET    api/processors                  processors: leases held, and health and progress of Config.Processors
+//	GET    api/activity                    the last hour per minute: enqueued, published, failed, latency
 //	GET    api/pauses                      paused topics and groups
 //	POST   api/pauses                      pause: {"topic": "...", "group": "", "tenant": ""}
 //	DELETE api/pauses?topic=&group=&tenant=    resume
@@ -81,6 +89,19 @@ type Config struct {
 	// most "limit", default 500, messages); a larger requeue answers
 	// next_after_seq to continue from. Defaults to 20.
 	MaxChunks int
+	// Processors are the processors running in the host's process, whose
+	// health and progress the console shows (*outbox.Processor implements
+	// ProcessorReporter). Optional: processors of other processes show
+	// through the leases they hold.
+	Processors []ProcessorReporter
+	// ScanLimit bounds the messages one console view reads (search by
+	// idempotency key or provider message ID, groups, processors' leases,
+	// the last hour's activity); a view that stops there says it is
+	// incomplete. Defaults to 100,000.
+	ScanLimit int
+	// PendingAgeWarning is the age of a topic's oldest PENDING message over
+	// which the console warns. Defaults to 5 minutes.
+	PendingAgeWarning time.Duration
 	// Logger receives operator actions (requeues, cancels, pauses).
 	// Defaults to discarding them.
 	Logger *slog.Logger
@@ -114,6 +135,19 @@ func New(cfg Config) (*Handler, error) {
 		}
 	}
 	cfg.MaxChunks = cmp.Or(cfg.MaxChunks, 20)
+	cfg.ScanLimit = cmp.Or(cfg.ScanLimit, 100_000)
+	cfg.PendingAgeWarning = cmp.Or(cfg.PendingAgeWarning, 5*time.Minute)
+	if cfg.ScanLimit < 0 {
+		return nil, outbox.InvalidParam("Config.ScanLimit", "must not be negative")
+	}
+	if cfg.PendingAgeWarning < 0 {
+		return nil, outbox.InvalidParam("Config.PendingAgeWarning", "must not be negative")
+	}
+	for i, p := range cfg.Processors {
+		if p == nil {
+			return nil, outbox.InvalidParam(fmt.Sprintf("Config.Processors[%d]", i), "is nil")
+		}
+	}
 	if cfg.MaxChunks < 0 {
 		return nil, outbox.InvalidParam("Config.MaxChunks", "must not be negative")
 	}
@@ -135,6 +169,11 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("POST /api/messages/{id}/requeue", h.requeue)
 	h.mux.HandleFunc("POST /api/messages/{id}/cancel", h.cancel)
 	h.mux.HandleFunc("POST /api/requeue", h.requeueMany)
+	h.mux.HandleFunc("GET /api/search", h.search)
+	h.mux.HandleFunc("POST /api/cancel", h.cancelMany)
+	h.mux.HandleFunc("GET /api/groups", h.groups)
+	h.mux.HandleFunc("GET /api/processors", h.processors)
+	h.mux.HandleFunc("GET /api/activity", h.activity)
 	h.mux.HandleFunc("GET /api/pauses", h.pauses)
 	h.mux.HandleFunc("POST /api/pauses", h.pause)
 	h.mux.HandleFunc("DELETE /api/pauses", h.resume)
@@ -224,8 +263,10 @@ type Stats struct {
 	Totals map[outbox.Status]int64 `json:"totals"`
 	Pauses []Pause                 `json:"pauses"`
 	// Storage is set when the store implements outbox.StorageReporter.
-	Storage *Storage  `json:"storage,omitempty"`
-	Now     time.Time `json:"now"`
+	Storage *Storage `json:"storage,omitempty"`
+	// Warnings are what an operator should look at (see Warning).
+	Warnings []Warning `json:"warnings"`
+	Now      time.Time `json:"now"`
 }
 
 // Storage is the JSON form of an outbox.StorageStats.
@@ -284,6 +325,10 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 			out.Storage.Tables = append(out.Storage.Tables, TableStorage{Name: t.Name, LiveRows: t.LiveRows, DeadRows: t.DeadRows, LastCleanup: optTime(t.LastCleanup)})
 		}
 		out.Storage.Horizon.AgeTransactions, out.Storage.Horizon.Holder = st.Horizon.AgeTransactions, st.Horizon.Holder
+	}
+	if out.Warnings, err = h.warnings(r.Context(), out.Topics, out.Storage); err != nil {
+		h.fail(w, r, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, out)
 }

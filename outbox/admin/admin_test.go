@@ -217,6 +217,15 @@ func TestBadInputIsRefused(t *testing.T) {
 		{http.MethodPost, "api/pauses", map[string]any{"group": "g"}, 400}, // no topic
 		{http.MethodDelete, "api/pauses?topic=none", nil, 404},
 		{http.MethodGet, "api/nothing", nil, 404},
+		{http.MethodPost, "api/cancel", map[string]any{}, 400},                                           // no status
+		{http.MethodPost, "api/cancel", map[string]any{"filter": map[string]any{"status": "SENT"}}, 400}, // not cancellable
+		{http.MethodPost, "api/cancel", map[string]any{"filter": map[string]any{"status": "FAILED"}, "after_seq": -1}, 400},
+		{http.MethodPost, "api/cancel", map[string]any{"filter": map[string]any{"status": "FAILED"}, "all": true}, 400}, // unknown field
+		{http.MethodGet, "api/search", nil, 400},
+		{http.MethodGet, "api/search?q=x&colour=red", nil, 400},
+		{http.MethodGet, "api/groups?blocked=maybe", nil, 400},
+		{http.MethodGet, "api/processors?x=1", nil, 400},
+		{http.MethodGet, "api/activity?x=1", nil, 400},
 	}
 	before := f.counts()
 	for _, c := range cases {

@@ -184,8 +184,8 @@ func TestDashboardInChromium(t *testing.T) {
 }
 
 // browser starts a headless Chromium (exe) for the test and returns its
-// context, bounded to 90 s.
-func browser(t *testing.T, parent context.Context, exe string) context.Context {
+// context, bounded to timeout (default 90 s).
+func browser(t *testing.T, parent context.Context, exe string, timeout ...time.Duration) context.Context {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(exe),
@@ -203,7 +203,7 @@ func browser(t *testing.T, parent context.Context, exe string) context.Context {
 	t.Cleanup(cancelAlloc)
 	ctx, cancel := chromedp.NewContext(allocCtx)
 	t.Cleanup(cancel)
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	ctx, cancelT := context.WithTimeout(ctx, append(timeout, 90*time.Second)[0])
 	t.Cleanup(cancelT)
 	return ctx
 }
