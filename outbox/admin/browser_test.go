@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,9 +40,8 @@ func chromium(t *testing.T) string {
 // store show the message PENDING.
 func TestDashboardInChromium(t *testing.T) {
 	t.Parallel()
-	exe := chromium(t)
 	f := newFixture(t)
-	ctx := browser(t, f.ctx, exe)
+	ctx := newTab(t, sharedBrowser(t), false).ctx
 
 	// A dead letter that holds its group (tenant C, group g1) with the
 	// group's next message behind it.
@@ -183,29 +183,56 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 }
 
-// browser starts a headless Chromium (exe) for the test and returns its
-// context, bounded to timeout (default 90 s).
-func browser(t *testing.T, parent context.Context, exe string, timeout ...time.Duration) context.Context {
-	t.Helper()
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(exe),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
+// shared is the package's one headless Chromium: every browser test opens
+// its tabs in it (newTab), so the browser starts once per run.
+var shared struct {
+	once  sync.Once
+	ctx   context.Context
+	close func()
+	err   error
+}
+
+// TestMain closes the shared browser after the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.close != nil {
+		shared.close()
 	}
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(parent, opts...)
-	t.Cleanup(cancelAlloc)
-	ctx, cancel := chromedp.NewContext(allocCtx)
-	t.Cleanup(cancel)
-	ctx, cancelT := context.WithTimeout(ctx, append(timeout, 90*time.Second)[0])
-	t.Cleanup(cancelT)
-	return ctx
+	os.Exit(code)
+}
+
+// sharedBrowser returns the context of the shared Chromium, started by the
+// first caller; tabs are contexts derived from it.
+func sharedBrowser(t *testing.T) context.Context {
+	t.Helper()
+	exe := chromium(t)
+	shared.once.Do(func() {
+		dir, err := os.MkdirTemp("", "outboxkit-chromium-")
+		if err != nil {
+			shared.err = err
+			return
+		}
+		allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+			chromedp.ExecPath(exe),
+			chromedp.Flag("headless", true),
+			chromedp.NoSandbox,
+			chromedp.DisableGPU,
+			chromedp.Flag("disable-quic", true),
+			chromedp.NoFirstRun,
+			chromedp.Flag("disable-background-networking", true),
+			chromedp.Flag("disable-component-update", true),
+			chromedp.Flag("disable-sync", true),
+			chromedp.UserDataDir(dir),
+		)
+		ctx, cancel := chromedp.NewContext(allocCtx)
+		shared.ctx = ctx
+		shared.close = func() { cancel(); cancelAlloc(); os.RemoveAll(dir) }
+		shared.err = chromedp.Do(ctx, chromedp.Navigate("about:blank"))
+	})
+	if shared.err != nil {
+		t.Fatalf("chromium: start: %v", shared.err)
+	}
+	return shared.ctx
 }
 
 // open loads the dashboard at url with the operator token and waits until

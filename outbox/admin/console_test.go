@@ -114,18 +114,6 @@ func (tb *tab) waitRefreshes(n int) {
 	}
 }
 
-// sharedBrowser starts one headless Chromium for a test and its subtests
-// (each opens its own tabs), so the browser starts once.
-func sharedBrowser(t *testing.T, parent context.Context) context.Context {
-	t.Helper()
-	ctx := browser(t, parent, chromium(t), 4*time.Minute)
-	// The first context starts the browser; later ones are tabs of it.
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
-		t.Fatalf("chromium: start: %v", err)
-	}
-	return ctx
-}
-
 // deadLetters adds n dead letters of topic (tenant "") to the fixture's
 // store, with error code code.
 func (f *fixture) deadLetters(n int, topic, code string) []outbox.Message {
@@ -185,7 +173,7 @@ const misalignedCells = `(() => {
 func TestConsoleDefectsInChromium(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	bctx := sharedBrowser(t, f.ctx)
+	bctx := sharedBrowser(t)
 	holding, _ := f.blockingDeadLetter("C", "orders", "g1")
 	bulk := f.deadLetters(120, "bulk", "http_500")
 

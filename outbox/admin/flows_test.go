@@ -77,6 +77,9 @@ func seedConsole(t *testing.T, ctx context.Context, st adminStore, enqueue func(
 	finish("seed", outs...)
 	s.retrying = enqueue(outbox.Message{Topic: "sms", Group: "gr", Payload: json.RawMessage(`{}`)})[0]
 	s.blocking = enqueue(outbox.Message{Topic: "sms", Group: "gb", Payload: json.RawMessage(`{}`)})[0]
+	if _, err := st.MessageApplyReceipt(ctx, outbox.MessageApplyReceiptParams{Receipt: outbox.Receipt{Tenant: "T1", ProviderMessageID: "wamid.PROVIDER42", Status: outbox.DeliveryDelivered, At: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
 	c = claim("seed", "sms")
 	if len(c) != 2 {
 		t.Fatalf("claimed %d sms messages, want 2", len(c))
@@ -106,7 +109,7 @@ func TestConsoleFlowsInChromium(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	bctx := sharedBrowser(t, ctx)
+	bctx := sharedBrowser(t)
 
 	t.Run("sqlite", func(t *testing.T) {
 		st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "console.db"), sqlite.Options{})
@@ -145,7 +148,7 @@ func consoleFlows(t *testing.T, ctx context.Context, bctx context.Context, st ad
 	// A processor of this process, for topic mail only: fax is claimed by
 	// nobody.
 	proc, err := outbox.NewProcessor(st, &outboxtest.Recorder{}, outbox.Config{ID: "local-1", Topics: []string{"mail"},
-		PollInterval: 50 * time.Millisecond, UnroutedAfter: time.Millisecond, RecoveryInterval: 100 * time.Millisecond})
+		PollInterval: 200 * time.Millisecond, UnroutedAfter: time.Millisecond, RecoveryInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +202,7 @@ func consoleFlows(t *testing.T, ctx context.Context, bctx context.Context, st ad
 		}{
 			{"PENDING", ids(s.retrying, s.behind, s.unclaimed, s.pending[0], s.pending[1])},
 			{"PROCESSING", ids(s.leased)},
-			{"SENT", ids(s.sent)},
+			{"DELIVERED", ids(s.sent)},
 		} {
 			tb.click(`#states button[data-status="` + c.status + `"]`)
 			tb.wait("state "+c.status, `[...document.querySelectorAll("#dead tbody tr")].every((r) => r.dataset.status === "`+c.status+`") && document.querySelectorAll("#dead tbody tr").length > 0`)
@@ -252,13 +255,14 @@ func consoleFlows(t *testing.T, ctx context.Context, bctx context.Context, st ad
 		tb2.open(link)
 		tb2.wait("link", `document.getElementById("detail-id").textContent === "`+s.sent.ID+`"`)
 		fields := tb2.eval(`JSON.stringify(Object.fromEntries([...document.querySelectorAll("#detail-fields dd")].map((d) => [d.dataset.field, d.textContent])))`)
-		for _, want := range []string{`"Trace ID":"` + traceID + `"`, `"Provider message ID":"wamid.PROVIDER42"`, `"Idempotency key":"order-7-mail"`, `"Status":"SENT"`} {
+		for _, want := range []string{`"Trace ID":"` + traceID + `"`, `"Provider message ID":"wamid.PROVIDER42"`, `"Idempotency key":"order-7-mail"`, `"Status":"DELIVERED"`} {
 			if !strings.Contains(fields, want) {
 				t.Errorf("the message page shows %s, want %s in it", fields, want)
 			}
 		}
 		history := tb2.text(`#history`)
-		if !strings.Contains(history, "created") || !strings.Contains(history, "attempt 1: SUCCEEDED") || !strings.Contains(history, "sent as wamid.PROVIDER42") {
+		if !strings.Contains(history, "created") || !strings.Contains(history, "attempt 1: SUCCEEDED") || !strings.Contains(history, "sent as wamid.PROVIDER42") ||
+			!strings.Contains(history, "delivery receipt") {
 			t.Errorf("history reads %q", history)
 		}
 		if p := tb2.text(`#detail-payload`); !strings.Contains(p, `"to": "ana"`) {

@@ -78,7 +78,7 @@ func TestStatsCarryTheStorageReport(t *testing.T) {
 // whose open transaction holds the cleanup back.
 func TestDashboardStorageInChromium(t *testing.T) {
 	t.Parallel()
-	exe := chromium(t)
+	bctx := newTab(t, sharedBrowser(t), false).ctx
 	pg, st, ctx := pgStore(t)
 	if _, err := pg.Pool.Exec(ctx, `INSERT INTO `+st.MessagesTable()+` (id, tenant, topic, grp, idempotency_key, status, next_attempt_at, created_at, updated_at, payload)
 SELECT 'm' || i, '', 't', '', 'm' || i, 'PENDING', now(), now(), now(), '{}'::json FROM generate_series(1, 50) AS i`); err != nil {
@@ -99,7 +99,6 @@ SELECT 'm' || i, '', 't', '', 'm' || i, 'PENDING', now(), now(), now(), '{}'::js
 	defer srv.Close()
 	pg.HoldHorizon(t, 0)
 
-	bctx := browser(t, ctx, exe)
 	open(t, bctx, srv.URL+"/ops/")
 	hidden, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.getElementById("storage").hidden`))
 	if err != nil {
