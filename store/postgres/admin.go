@@ -123,14 +123,29 @@ func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueM
 			WHERE id = ANY($1::text[]) AND status = 'FAILED' AND sent_finished_at IS NOT NULL`, res.IDs); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE `+s.messages+` SET status = 'PENDING', attempts = 0, recoveries = 0,
+		// As MessageRequeue: a dead letter that did not hold its group
+		// goes to the end of it (a new sequence number, drawn under the
+		// group's enqueue lock, taken in key order as enqueues take them).
+		if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock($1::int4, k)) FROM (
+			SELECT DISTINCT hashtext(tenant || chr(31) || topic || chr(31) || grp) AS k FROM `+s.messages+`
+			WHERE id = ANY($2::text[]) AND status = 'FAILED' AND grp <> '' AND NOT blocks_group ORDER BY 1) keys`,
+			s.groupNS, res.IDs); err != nil {
+			return err
+		}
+		const set = `status = 'PENDING', attempts = 0, recoveries = 0,
 			next_attempt_at = $1, updated_at = $1, claimed_at = NULL, claimed_by = NULL, blocks_group = false,
-			sent_response = NULL, sent_started_at = NULL, sent_finished_at = NULL
-			WHERE id = ANY($2::text[]) AND status = 'FAILED'`, p.Now, res.IDs)
+			sent_response = NULL, sent_started_at = NULL, sent_finished_at = NULL`
+		moved, err := tx.Exec(ctx, `UPDATE `+s.messages+` SET seq = DEFAULT, `+set+`
+			WHERE id = ANY($2::text[]) AND status = 'FAILED' AND grp <> '' AND NOT blocks_group`, p.Now, res.IDs)
 		if err != nil {
 			return err
 		}
-		res.Requeued = int(tag.RowsAffected())
+		kept, err := tx.Exec(ctx, `UPDATE `+s.messages+` SET `+set+`
+			WHERE id = ANY($2::text[]) AND status = 'FAILED' AND (grp = '' OR blocks_group)`, p.Now, res.IDs)
+		if err != nil {
+			return err
+		}
+		res.Requeued = int(moved.RowsAffected() + kept.RowsAffected())
 		if res.Requeued > 0 {
 			_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
 		}

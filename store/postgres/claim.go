@@ -37,10 +37,15 @@ const MaxClaimLimit = outbox.MaxClaimLimit
 // 10,000 sequence numbers before the first pending message the Store saw
 // last (when there was none, from the largest sequence number its claims
 // saw), and from the very first pending message once a second has passed
-// since a claim last read it from there: a message that becomes PENDING
-// again far behind the backlog's front (a retry coming due, a release, a
-// recovered lease, a resumed pause) may wait up to a second longer to be
-// claimed.
+// since a claim last read it from there (longer when such a read is dear:
+// see windowRescan): a message that becomes PENDING again far behind the
+// backlog's front (a retry coming due, a release, a recovered lease, a
+// resumed pause) may wait up to a second longer to be claimed, and up to
+// 30 seconds while a transaction holds the cleanup horizon for long.
+//
+// The lookups of a group's first waiting and first leased message start at
+// the group's floor, when this store knows one (see groupFloors), so that
+// they do not walk the index entries its finished messages left.
 //
 // ctx is checked before the claim starts; once started, the claim runs to
 // completion (at most 30 s) even if ctx ends, and returns the messages it
@@ -68,7 +73,7 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	stmt, fb := s.sql.claimAll, s.sql.claimFallbackAll
 	key := strings.Join(p.Topics, "\x00")
 	low, full := s.windows.start(key, time.Now())
-	args := []any{now, owner, p.Limit, budget, run, low}
+	args := []any{now, owner, p.Limit, budget, run, low, s.floors.json()}
 	if len(p.Topics) > 0 {
 		stmt, fb = s.sql.claimTopics, s.sql.claimFallbackTopics
 		args = append(args, p.Topics)
@@ -77,15 +82,18 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	if s.smallClaims.Load() {
 		settings = claimSettings
 	}
+	began := time.Now()
 	msgs, win, err := s.claim(ctx, settings, stmt, args)
 	if err != nil {
 		return nil, err
 	}
+	took := time.Since(began)
 	last := win.maxSeq
 	if len(msgs) > 0 {
 		last = max(last, msgs[len(msgs)-1].Seq)
 	}
-	s.windows.saw(key, win.minSeq, last, full)
+	s.windows.saw(key, win.minSeq, last, full, took)
+	s.floors.claimed(msgs)
 	s.smallClaims.Store(len(msgs) < smallClaim)
 	if len(msgs) < p.Limit && win.scanned >= int64(budget) {
 		fbArgs := []any{now, owner, p.Limit - len(msgs), win.maxSeq, run}
@@ -157,16 +165,26 @@ func (s *Store) claim(ctx context.Context, settings, stmt string, args []any) ([
 // the start: otherwise every claim of a trickle, each one after a claim
 // that took everything, would walk the whole index again.
 //
-// What it may not see until then (never longer than windowRescan): a
-// message that became PENDING again after its group's later messages were
-// seen (a retry that came due, a release, a recovered lease, an admin
-// retry) or that was committed late (its transaction drew its sequence
-// number more than windowMargin numbers earlier). Order is not at stake:
-// a group's later messages wait for their head whether or not the window
-// sees it.
+// What it may not see until then: a message that became PENDING again
+// after its group's later messages were seen (a retry that came due, a
+// release, a recovered lease, an admin retry) or that was committed late
+// (its transaction drew its sequence number more than windowMargin numbers
+// earlier). Order is not at stake: a group's later messages wait for their
+// head whether or not the window sees it.
+//
+// How long "until then" is: windowRescan, or rescanCost times as long as
+// the last read from the start took, whichever is longer, and never more
+// than windowRescanMax. A read from the start walks the index entries of
+// every message claimed since the last vacuum; while a transaction holds
+// the cleanup horizon nothing removes them, and after minutes of such a
+// hold one read from the start costs as much as thousands of claims. Spacing
+// the reads by their cost keeps them to a few percent of the claims' work,
+// at the price of a later look behind the window while the horizon is held.
 const (
-	windowMargin = 10_000
-	windowRescan = time.Second
+	windowMargin    = 10_000
+	windowRescan    = time.Second
+	windowRescanMax = 30 * time.Second
+	rescanCost      = 20
 )
 
 // windowLows keeps, per topic filter, the first pending sequence number a
@@ -179,9 +197,15 @@ type windowLows struct {
 }
 
 type windowLow struct {
-	seq  int64     // first pending sequence number seen, 0 for none
-	high int64     // the largest sequence number a claim saw, 0 for none
-	full time.Time // when the last window read from the start began
+	seq  int64         // first pending sequence number seen, 0 for none
+	high int64         // the largest sequence number a claim saw, 0 for none
+	full time.Time     // when the last window read from the start began
+	took time.Duration // how long the claim of the last read from the start took
+}
+
+// rescanAfter is how long after a read from the start the next one is due.
+func (w *windowLows) rescanAfter(l windowLow) time.Duration {
+	return min(max(w.rescan, rescanCost*l.took), max(w.rescan, windowRescanMax))
 }
 
 // start returns where the window of a claim with topic filter key, made
@@ -191,7 +215,7 @@ func (w *windowLows) start(key string, now time.Time) (low int64, full bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	l, ok := w.lows[key]
-	if !ok || l.seq == 0 || now.Sub(l.full) >= w.rescan || now.Before(l.full) {
+	if !ok || l.seq == 0 || now.Sub(l.full) >= w.rescanAfter(l) || now.Before(l.full) {
 		if w.lows == nil {
 			w.lows = map[string]windowLow{}
 		}
@@ -209,12 +233,16 @@ func (w *windowLows) start(key string, now time.Time) (low int64, full bool) {
 // messages'): from a window read from the start the first replaces the
 // last one, and an empty one is replaced by the number after the largest
 // seen so far (nothing before it was pending); from a later window only a
-// larger first does (the window saw no earlier one past its start).
-func (w *windowLows) saw(key string, first, last int64, full bool) {
+// larger first does (the window saw no earlier one past its start). took
+// is how long the claim took.
+func (w *windowLows) saw(key string, first, last int64, full bool, took time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	l := w.lows[key]
 	l.high = max(l.high, last)
+	if full {
+		l.took = took
+	}
 	if full && first == 0 && l.high > 0 {
 		first = l.high + 1
 	}

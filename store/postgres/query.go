@@ -188,7 +188,7 @@ func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParam
 	if s.opts.DisableNotify {
 		channel = ""
 	}
-	m, err := scanMessage(s.db.QueryRow(ctx, s.sql.requeue, text(p.Tenant), text(p.ID), s.at(p.Now), channel))
+	m, err := scanMessage(s.db.QueryRow(ctx, s.sql.requeue, text(p.Tenant), text(p.ID), s.at(p.Now), channel, s.groupNS))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return outbox.Message{}, s.transitionErr(ctx, p.Tenant, p.ID, outbox.EventRequeue)
 	}

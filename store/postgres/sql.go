@@ -170,10 +170,16 @@ SELECT ins.id, ins.seq FROM ins` + notifyJoin)
 	// firstLeased is the seq of the first leased (PROCESSING) message of
 	// the group of the row aliased a, or the largest bigint when none is:
 	// one descent of the lease index.
-	firstLeased := func(a string) string {
+	// With a floor (an expression: see groupFloors), the descent starts at
+	// it.
+	firstLeased := func(a, floor string) string {
+		from := ""
+		if floor != "" {
+			from = " AND l.seq >= " + floor
+		}
 		return `coalesce((
 			SELECT l.seq FROM {T} l
-			WHERE l.tenant = ` + a + `.tenant AND l.topic = ` + a + `.topic AND l.grp = ` + a + `.grp AND l.status = 'PROCESSING'
+			WHERE l.tenant = ` + a + `.tenant AND l.topic = ` + a + `.topic AND l.grp = ` + a + `.grp AND l.status = 'PROCESSING'` + from + `
 			ORDER BY l.tenant, l.topic, l.grp, l.seq
 			LIMIT 1
 		), 9223372036854775807)`
@@ -269,16 +275,28 @@ runs AS MATERIALIZED (
 	// pending message of the store's last look (see windowLows), so it does
 	// not walk the index entries of the messages claimed since, which stay
 	// in the claim index until a vacuum removes them.
+	//
+	// $7 holds the store's group floors (a JSON object: see groupFloors):
+	// each window row carries its group's floor, or 0 when the group has
+	// none or the row is below it (a floor is a hint: a waiting message
+	// below it voids it), and the lookups of its group's first waiting and
+	// first leased message start there.
 	claim := func(topics bool) string {
 		tf := ""
 		if topics {
-			tf = " AND topic = ANY($7::text[])"
+			tf = " AND topic = ANY($8::text[])"
 		}
 		return q(`WITH win AS MATERIALIZED (
-	SELECT id, tenant, topic, grp, seq, next_attempt_at, ctid AS tid FROM {T}
-	WHERE status = 'PENDING' AND grp <> '' AND seq >= $6` + tf + notPaused + `
-	ORDER BY seq
-	LIMIT $4
+	SELECT x.id, x.tenant, x.topic, x.grp, x.seq, x.next_attempt_at, x.tid,
+		CASE WHEN x.floor <= x.seq THEN x.floor ELSE 0 END AS floor
+	FROM (
+		SELECT id, tenant, topic, grp, seq, next_attempt_at, ctid AS tid,
+			coalesce(($7::jsonb ->> (tenant || chr(31) || topic || chr(31) || grp))::int8, 0) AS floor
+		FROM {T}
+		WHERE status = 'PENDING' AND grp <> '' AND seq >= $6` + tf + notPaused + `
+		ORDER BY seq
+		LIMIT $4
+	) x
 ), heads AS MATERIALIZED (
 	-- Heads are row-locked as they are taken (SKIP LOCKED), so concurrent
 	-- claimers spread over different groups instead of all reaching for
@@ -286,7 +304,7 @@ runs AS MATERIALIZED (
 	-- that order, lazily: no ORDER BY, so only as many heads are checked
 	-- and locked as the runs need. (Which heads come first is fairness,
 	-- not correctness: valid below re-checks every run.)
-	SELECT m.tenant, m.topic, m.grp, m.seq, ` + firstLeased("w") + ` AS leased
+	SELECT m.tenant, m.topic, m.grp, m.seq, ` + firstLeased("w", "w.floor") + ` AS leased
 	FROM win w JOIN {T} m ON m.ctid = w.tid
 	WHERE m.id = w.id AND w.next_attempt_at <= $1
 		-- w is its group's head: the first waiting message of the group,
@@ -298,9 +316,10 @@ runs AS MATERIALIZED (
 		AND CASE WHEN w.seq = (
 			SELECT b.seq FROM {T} b
 			WHERE b.tenant = w.tenant AND b.topic = w.topic AND b.grp = w.grp AND ` + waiting("b") + `
+				AND b.seq >= w.floor
 			ORDER BY b.tenant, b.topic, b.grp, b.seq
 			LIMIT 1
-		) THEN w.seq < ` + firstLeased("w") + ` ELSE false END
+		) THEN w.seq < ` + firstLeased("w", "w.floor") + ` ELSE false END
 		AND m.status = 'PENDING' AND m.next_attempt_at <= $1
 	LIMIT $3
 	FOR UPDATE OF m SKIP LOCKED
@@ -343,7 +362,7 @@ ORDER BY u.seq`)
 	) n
 ), heads AS MATERIALIZED (
 	SELECT m.tenant, m.topic, m.grp, m.seq, h.leased FROM (
-		SELECT g.id, g.seq, ` + firstLeased("g") + ` AS leased FROM groups g
+		SELECT g.id, g.seq, ` + firstLeased("g", "") + ` AS leased FROM groups g
 		WHERE g.status = 'PENDING' AND g.next_attempt_at <= $1 AND g.seq > $4` + tfh + adminsql.NotPaused("{P}", "g.") + `
 		ORDER BY g.seq
 	) h JOIN {T} m ON m.id = h.id
@@ -400,6 +419,11 @@ ORDER BY u.seq`)
 )
 SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'FAILED'), min({ASYNC}) FROM upd`)
 
+	// What a requeue sets (MessageRequeue, MessageRequeueMany).
+	const requeueSet = `status = 'PENDING', attempts = 0, recoveries = 0, next_attempt_at = $3, updated_at = $3,
+		claimed_at = NULL, claimed_by = NULL, provider_message_id = NULL, blocks_group = false,
+		sent_at = NULL, delivered_at = NULL, read_at = NULL,
+		sent_response = NULL, sent_started_at = NULL, sent_finished_at = NULL`
 	// The list's filters, the same in both of its parts.
 	const listFilter = ` AND ($3 = '' OR status = $3) AND ($4 = '' OR topic = $4) AND ($5 = '' OR grp = $5)
 		AND (NOT $7::boolean OR (status = 'FAILED' AND blocks_group))`
@@ -480,19 +504,31 @@ ORDER BY k`),
 )
 SELECT upd.* FROM upd CROSS JOIN woke`),
 		// A requeue clears sent_at: a first-attempt success kept on the
-		// message row moves to the attempts table first.
+		// message row moves to the attempts table first. A dead letter of a
+		// group that did not hold its group (later messages may have been
+		// published since) takes a new sequence number, drawn under its
+		// group's enqueue lock: it goes to the end of its group, as a new
+		// message would, and stays above every group floor (see
+		// groupFloors). One that held its group keeps its place (first).
 		requeue: q(`WITH old AS (
-	SELECT id, tenant, sent_response, sent_started_at, sent_finished_at FROM {T}
+	SELECT id, tenant, topic, grp, blocks_group, sent_response, sent_started_at, sent_finished_at FROM {T}
 	WHERE tenant = $1 AND id = $2 AND status = 'FAILED'
 	FOR UPDATE
-), upd AS (
-	UPDATE {T} m SET status = 'PENDING', attempts = 0, recoveries = 0, next_attempt_at = $3, updated_at = $3,
-		claimed_at = NULL, claimed_by = NULL, provider_message_id = NULL, blocks_group = false,
-		sent_at = NULL, delivered_at = NULL, read_at = NULL,
-		sent_response = NULL, sent_started_at = NULL, sent_finished_at = NULL
+), lk AS MATERIALIZED (
+	SELECT count(pg_advisory_xact_lock($5::int4, hashtext(tenant || chr(31) || topic || chr(31) || grp))) AS n
+	FROM old WHERE grp <> '' AND NOT blocks_group
+), upd_keep AS (
+	UPDATE {T} m SET ` + requeueSet + `
 	FROM old
-	WHERE m.id = old.id AND m.status = 'FAILED'
+	WHERE m.id = old.id AND m.status = 'FAILED' AND (old.blocks_group OR old.grp = '')
 	RETURNING {MCOLS}
+), upd_move AS (
+	UPDATE {T} m SET seq = DEFAULT, ` + requeueSet + `
+	FROM old CROSS JOIN lk
+	WHERE m.id = old.id AND m.status = 'FAILED' AND NOT old.blocks_group AND old.grp <> '' AND lk.n >= 0
+	RETURNING {MCOLS}
+), upd AS (
+	SELECT * FROM upd_keep UNION ALL SELECT * FROM upd_move
 ), kept AS (
 	INSERT INTO {A} (message_id, tenant, number, outcome, provider_response, started_at, finished_at)
 	SELECT old.id, old.tenant, 1, 'SUCCEEDED', old.sent_response, old.sent_started_at, old.sent_finished_at

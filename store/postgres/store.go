@@ -125,8 +125,9 @@ type Store struct {
 	// smallClaims is set while this store's claims return few messages:
 	// the next claim then runs its generic plan (see claimSettings).
 	smallClaims atomic.Bool
-	tids        tidCache   // tuple IDs of the rows this store leased
-	windows     windowLows // where claim windows start (claim.go)
+	tids        tidCache    // tuple IDs of the rows this store leased
+	windows     windowLows  // where claim windows start (claim.go)
+	floors      groupFloors // where a claim's lookups of a group start (floors.go)
 }
 
 // Store has the method set of every store: the ports, InTx,

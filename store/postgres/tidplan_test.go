@@ -39,7 +39,7 @@ func TestWritePathPlans(t *testing.T) {
 			}
 			// The claim's generic plan (claimSettings), which a claim after a
 			// small one runs: the same index and tuple-ID lookups.
-			claim := explainPrepared(t, ctx, pg.Pool, claimSettings, s.sql.claimAll, time.Now(), "p", 500, 2000, 100, int64(0))
+			claim := explainPrepared(t, ctx, pg.Pool, claimSettings, s.sql.claimAll, time.Now(), "p", 500, 2000, 100, int64(0), "{}")
 			if !strings.Contains(claim, "<= $1") {
 				t.Errorf("claim: not the generic plan:\n%s", claim)
 			}
@@ -465,7 +465,7 @@ func TestGroupHeadPlans(t *testing.T) {
 			waiting := "Index Only Scan using " + s.prefix + "messages_group_waiting"
 			leased := "Index Only Scan using " + s.prefix + "messages_leased"
 			plans := map[string]string{
-				"claim":          explainPrepared(t, ctx, pg.Pool, claimSettings, s.sql.claimAll, time.Now(), "p", 500, 2000, 100, int64(0)),
+				"claim":          explainPrepared(t, ctx, pg.Pool, claimSettings, s.sql.claimAll, time.Now(), "p", 500, 2000, 100, int64(0), "{}"),
 				"fallback claim": explainPrepared(t, ctx, pg.Pool, planSettings, s.sql.claimFallbackAll, time.Now(), "p", 500, int64(0), 100),
 			}
 			for name, plan := range plans {
@@ -480,7 +480,7 @@ func TestGroupHeadPlans(t *testing.T) {
 			if !strings.Contains(heads, waiting) || !strings.Contains(heads, leased) {
 				t.Errorf("claim: not a lookup of each index in the heads:\n%s", plans["claim"])
 			}
-			run := section(explainIn(t, ctx, s.db, claimSettings, "(ANALYZE, BUFFERS, COSTS OFF) "+s.sql.claimAll, time.Now(), "p", 500, 2000, 100, int64(0)), "CTE heads", "CTE runs")
+			run := section(explainIn(t, ctx, s.db, claimSettings, "(ANALYZE, BUFFERS, COSTS OFF) "+s.sql.claimAll, time.Now(), "p", 500, 2000, 100, int64(0), "{}"), "CTE heads", "CTE runs")
 			w, l := loops(t, run, waiting), loops(t, run, leased)
 			if l > 100 || l > w {
 				t.Errorf("claim: %d group-index and %d lease-index lookups in the heads; want the second at most once per group:\n%s", w, l, run)
@@ -519,7 +519,7 @@ FROM generate_series(1, $1::int) AS i`, rows); err != nil {
 func claimPlansUseTIDs(t *testing.T, ctx context.Context, s *Store, pg testbackend.PostgresSchema) {
 	t.Helper()
 	for _, stmt := range []string{s.sql.claimAll, s.sql.claimTopics} {
-		args := []any{time.Now(), "p", 500, 2000, 100, int64(0)}
+		args := []any{time.Now(), "p", 500, 2000, 100, int64(0), "{}"}
 		if stmt == s.sql.claimTopics {
 			args = append(args, []string{"t"})
 		}

@@ -108,7 +108,7 @@ FROM generate_series(1, $1::int) AS i`, n); err != nil {
 	}
 	buffers := func(low int64) int {
 		t.Helper()
-		plan := explainIn(t, ctx, s.db, planSettings, "(ANALYZE, BUFFERS, COSTS OFF) "+s.sql.claimAll, time.Now(), "q", 500, 2000, 100, low)
+		plan := explainIn(t, ctx, s.db, planSettings, "(ANALYZE, BUFFERS, COSTS OFF) "+s.sql.claimAll, time.Now(), "q", 500, 2000, 100, low, "{}")
 		m := regexp.MustCompile(`Index Scan using \w*messages_claim_ordered[^\n]*\n(?:[^\n]*\n)*?\s*Buffers: shared hit=(\d+)(?: read=(\d+))?`).FindStringSubmatch(plan)
 		if m == nil {
 			t.Fatalf("no buffer figures for the window's index scan:\n%s", plan)

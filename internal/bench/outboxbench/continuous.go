@@ -39,6 +39,13 @@ func benchContinuous(ctx context.Context, c config, pool *pgxpool.Pool, procs, b
 	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+s.MessagesTable()); err != nil {
 		return 0, "", err
 	}
+	if c.hold {
+		release, err := holdHorizon(ctx, c.dsn)
+		if err != nil {
+			return 0, "", err
+		}
+		defer release()
+	}
 	var enqueued atomic.Int64
 	enqueued.Store(int64(backlog))
 	pub := newFIFO()
@@ -79,6 +86,14 @@ func benchContinuous(ctx context.Context, c config, pool *pgxpool.Pool, procs, b
 	time.Sleep(c.contFor / 5)
 	n0, e0 := pub.n.Load(), enqueued.Load()
 	cpu0, local := pgCPU(c.dsn)
+	w0, err := schemaWork(ctx, pool, s.Schema())
+	if err != nil {
+		return 0, "", err
+	}
+	rel0, err := relationWork(ctx, pool, s.Schema())
+	if err != nil {
+		return 0, "", err
+	}
 	start := time.Now()
 	lo, hi := int64(-1), int64(0)
 	for time.Since(start) < c.contFor {
@@ -92,6 +107,15 @@ func benchContinuous(ctx context.Context, c config, pool *pgxpool.Pool, procs, b
 	elapsed := time.Since(start)
 	n1, e1 := pub.n.Load(), enqueued.Load()
 	cpu1, _ := pgCPU(c.dsn)
+	w1, err := schemaWork(ctx, pool, s.Schema())
+	if err != nil {
+		return 0, "", err
+	}
+	if workDetail && n1 > n0 {
+		if err := printRelationWork(ctx, pool, s.Schema(), rel0, int(n1-n0)); err != nil {
+			return 0, "", err
+		}
+	}
 	cancel()
 	wg.Wait()
 	close(errs)
@@ -112,8 +136,37 @@ func benchContinuous(ctx context.Context, c config, pool *pgxpool.Pool, procs, b
 		note += ", FIFO held: yes"
 	}
 	note += fmt.Sprintf(", duplicates: %d", pub.dup.Load())
+	if worked > 0 {
+		// Every update and delete leaves a dead row version (what a held
+		// cleanup horizon keeps); the statistics lag by about a second,
+		// equally at both ends of the window.
+		note += fmt.Sprintf(", dead row versions %.2f/msg", float64(w1.updates+w1.deletes-w0.updates-w0.deletes)/float64(worked))
+	}
 	if local && worked > 0 {
 		note += fmt.Sprintf(", PostgreSQL CPU %.0f µs/msg", float64((cpu1-cpu0).Microseconds())/float64(worked))
 	}
 	return float64(worked) / elapsed.Seconds(), note, nil
+}
+
+// holdHorizon opens a session of its own that holds PostgreSQL's cleanup
+// horizon, as a long report query, a forgotten BEGIN in psql or pg_dump
+// does: a transaction with a transaction ID, left open until release.
+// Nothing written after it began can be vacuumed away while it is open.
+func holdHorizon(ctx context.Context, dsn string) (release func(), err error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := conn.Begin(ctx)
+	if err == nil {
+		_, err = tx.Exec(ctx, "SELECT txid_current()")
+	}
+	if err != nil {
+		_ = conn.Close(ctx)
+		return nil, fmt.Errorf("hold the cleanup horizon: %w", err)
+	}
+	return func() {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		_ = conn.Close(context.WithoutCancel(ctx))
+	}, nil
 }

@@ -67,6 +67,7 @@ type config struct {
 	rounds      int
 	clients     int
 	claimBatch  int
+	hold        bool // continuous: a session of its own holds the cleanup horizon for the whole run
 }
 
 func main() {
@@ -94,6 +95,7 @@ func main() {
 	nRounds := flag.Int("rounds", 0, "rounds per figure (default 3, 1 with -quick)")
 	drainN := flag.Int("drain-n", 0, "messages per drain (default 100,000, 20,000 with -quick)")
 	procs := flag.String("procs", "1,4", "comma-separated processor counts for the drain")
+	flag.BoolVar(&c.hold, "hold", false, "drain and continuous: a session of its own holds the cleanup horizon (BEGIN; SELECT txid_current(); then idle) for the whole run")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("outboxbench: ")
@@ -249,6 +251,9 @@ func main() {
 		for _, procs := range procCounts {
 			for _, st := range storeList {
 				name := fmt.Sprintf("drain %d messages (%d groups, ~200-byte payload), %d processor(s)", c.drainN, c.drainGroups, procs)
+				if c.hold {
+					name += ", cleanup horizon held"
+				}
 				if st != "postgres" {
 					name = "store/" + st + ": " + name
 					rounds(name, func() (float64, string, error) { return benchDrainSQL(ctx, c, st, procs) }, nil, "msg/s", "", 0, 0)
@@ -267,7 +272,11 @@ func main() {
 	}
 	if want("continuous") {
 		for _, procs := range procCounts {
-			rounds(fmt.Sprintf("continuous insert + work for %s, backlog held near %d, %d processor(s)", c.contFor, c.backlog, procs),
+			name := fmt.Sprintf("continuous insert + work for %s, backlog held near %d, %d processor(s)", c.contFor, c.backlog, procs)
+			if c.hold {
+				name += ", cleanup horizon held"
+			}
+			rounds(name,
 				func() (float64, string, error) { return benchContinuous(ctx, c, pool, procs, c.backlog) }, nil, "worked/s", "", 0, 0)
 		}
 	}
@@ -709,6 +718,13 @@ func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) (f
 	rel0, err := relationWork(ctx, pool, s.Schema())
 	if err != nil {
 		return 0, "", err
+	}
+	if c.hold {
+		release, err := holdHorizon(ctx, c.dsn)
+		if err != nil {
+			return 0, "", err
+		}
+		defer release()
 	}
 	pub := newFIFO()
 	cpu0, local := pgCPU(c.dsn)
