@@ -70,10 +70,21 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	budget := min(max(4*p.Limit, 1000), 20000)
 	run := min(s.opts.ClaimPerGroup, p.Limit)
 
-	stmt, fb := s.sql.claimAll, s.sql.claimFallbackAll
 	key := strings.Join(p.Topics, "\x00")
+	floors := s.floors.json()
+	// Fair share first (see fairShare): a few heads of other tenants, so a
+	// burst of one tenant does not hold the others back.
+	fair, err := s.claimFair(ctx, key, p, now, owner, run, floors)
+	if err != nil {
+		return nil, err
+	}
+	limit := p.Limit - len(fair)
+	if limit == 0 {
+		return fair, nil
+	}
+	stmt, fb := s.sql.claimAll, s.sql.claimFallbackAll
 	low, full := s.windows.start(key, time.Now())
-	args := []any{now, owner, p.Limit, budget, run, low, s.floors.json()}
+	args := []any{now, owner, limit, budget, run, low, floors}
 	if len(p.Topics) > 0 {
 		stmt, fb = s.sql.claimTopics, s.sql.claimFallbackTopics
 		args = append(args, p.Topics)
@@ -85,6 +96,12 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	began := time.Now()
 	msgs, win, err := s.claim(ctx, settings, stmt, args)
 	if err != nil {
+		if len(fair) > 0 {
+			// The fair claim is committed: hand it out rather than leave
+			// it to lease recovery.
+			s.log.WarnContext(ctx, "outboxkit/postgres: claim failed after the fair-share claim", "err", err)
+			return fair, nil
+		}
 		return nil, err
 	}
 	took := time.Since(began)
@@ -95,8 +112,8 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	s.windows.saw(key, win.minSeq, last, full, took)
 	s.floors.claimed(msgs)
 	s.smallClaims.Store(len(msgs) < smallClaim)
-	if len(msgs) < p.Limit && win.scanned >= int64(budget) {
-		fbArgs := []any{now, owner, p.Limit - len(msgs), win.maxSeq, run}
+	if len(msgs) < limit && win.scanned >= int64(budget) {
+		fbArgs := []any{now, owner, limit - len(msgs), win.maxSeq, run}
 		if len(p.Topics) > 0 {
 			fbArgs = append(fbArgs, p.Topics)
 		}
@@ -106,7 +123,10 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 			// it to lease recovery.
 			s.log.WarnContext(ctx, "outboxkit/postgres: fallback claim failed", "err", err)
 		}
-		msgs = append(msgs, more...)
+		fair = append(fair, more...) // merged below
+	}
+	if len(fair) > 0 {
+		msgs = append(msgs, fair...)
 		sort.Slice(msgs, func(i, j int) bool { return msgs[i].Seq < msgs[j].Seq })
 	}
 	return msgs, nil

@@ -21,6 +21,8 @@ type sqlText struct {
 	abortClash string
 
 	claimAll, claimTopics                 string
+	claimFairAll, claimFairTopics         string
+	fairTenants                           string
 	claimFallbackAll, claimFallbackTopics string
 
 	finish    [16]string // by finishMask
@@ -281,21 +283,45 @@ runs AS MATERIALIZED (
 	// none or the row is below it (a floor is a hint: a waiting message
 	// below it voids it), and the lookups of its group's first waiting and
 	// first leased message start there.
-	claim := func(topics bool) string {
+	//
+	// With fair, the window is not the oldest pending messages but, for
+	// each tenant of the array $6 (see MessageClaim's fair share), the
+	// first waiting message of its first group (in the group index's
+	// order) that has one due, and $4 is unused.
+	claim := func(topics, fair bool) string {
 		tf := ""
 		if topics {
 			tf = " AND topic = ANY($8::text[])"
+		}
+		floor := `coalesce(($7::jsonb ->> (tenant || chr(31) || topic || chr(31) || grp))::int8, 0)`
+		src := `SELECT id, tenant, topic, grp, seq, next_attempt_at, ctid AS tid, ` + floor + ` AS floor
+		FROM {T}
+		WHERE status = 'PENDING' AND grp <> '' AND seq >= $6` + tf + notPaused + `
+		ORDER BY seq
+		LIMIT $4`
+		if fair {
+			ftf := ""
+			if topics {
+				ftf = " AND c.topic = ANY($8::text[])"
+			}
+			src = `SELECT f.id, f.tenant, f.topic, f.grp, f.seq, f.next_attempt_at, f.tid,
+			coalesce(($7::jsonb ->> (f.tenant || chr(31) || f.topic || chr(31) || f.grp))::int8, 0) AS floor
+		FROM unnest($6::text[]) WITH ORDINALITY AS tl(tenant, ord)
+		CROSS JOIN LATERAL (
+			SELECT c.id, c.tenant, c.topic, c.grp, c.seq, c.next_attempt_at, c.ctid AS tid FROM {T} c
+			WHERE c.tenant = tl.tenant AND ` + waiting("c") + ftf + `
+				AND c.status = 'PENDING' AND c.next_attempt_at <= $1` + adminsql.NotPausedRowByRow("{P}", "c.") + `
+			ORDER BY c.tenant, c.topic, c.grp, c.seq
+			LIMIT 1
+		) f
+		WHERE $4::int4 IS NOT NULL
+		ORDER BY tl.ord`
 		}
 		return q(`WITH win AS MATERIALIZED (
 	SELECT x.id, x.tenant, x.topic, x.grp, x.seq, x.next_attempt_at, x.tid,
 		CASE WHEN x.floor <= x.seq THEN x.floor ELSE 0 END AS floor
 	FROM (
-		SELECT id, tenant, topic, grp, seq, next_attempt_at, ctid AS tid,
-			coalesce(($7::jsonb ->> (tenant || chr(31) || topic || chr(31) || grp))::int8, 0) AS floor
-		FROM {T}
-		WHERE status = 'PENDING' AND grp <> '' AND seq >= $6` + tf + notPaused + `
-		ORDER BY seq
-		LIMIT $4
+		` + src + `
 	) x
 ), heads AS MATERIALIZED (
 	-- Heads are row-locked as they are taken (SKIP LOCKED), so concurrent
@@ -444,9 +470,24 @@ SELECT {MCOLS} FROM unnest($1::text[], $2::text[]) AS k(tenant, ikey)
 		abortClash: `DO $$BEGIN RAISE EXCEPTION USING ERRCODE = 'unique_violation',
 	MESSAGE = 'outboxkit: enqueue refused: a caller-chosen message ID is already used by another message; the transaction is aborted';
 END$$`,
-		pendingTopics:       q(pendingTopicsSQL),
-		claimAll:            claim(false),
-		claimTopics:         claim(true),
+		pendingTopics:   q(pendingTopicsSQL),
+		claimAll:        claim(false, false),
+		claimTopics:     claim(true, false),
+		claimFairAll:    claim(false, true),
+		claimFairTopics: claim(true, true),
+		// The next $2 tenants from $1 on (in byte order) that have a
+		// waiting message: one descent of the group index each.
+		fairTenants: q(`WITH RECURSIVE tn AS (
+	(SELECT m.tenant FROM {T} m WHERE ` + waiting("m") + ` AND m.tenant >= $1
+	ORDER BY m.tenant, m.topic, m.grp, m.seq
+	LIMIT 1)
+	UNION ALL
+	SELECT (SELECT m.tenant FROM {T} m WHERE ` + waiting("m") + ` AND m.tenant > tn.tenant
+		ORDER BY m.tenant, m.topic, m.grp, m.seq
+		LIMIT 1)
+	FROM tn WHERE tn.tenant IS NOT NULL
+)
+SELECT tenant FROM tn WHERE tenant IS NOT NULL LIMIT $2`),
 		claimFallbackAll:    claimFallback(false),
 		claimFallbackTopics: claimFallback(true),
 		finish:              finish,

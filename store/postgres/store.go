@@ -128,6 +128,7 @@ type Store struct {
 	tids        tidCache    // tuple IDs of the rows this store leased
 	windows     windowLows  // where claim windows start (claim.go)
 	floors      groupFloors // where a claim's lookups of a group start (floors.go)
+	fair        fairShare   // when claims look at other tenants (fair.go)
 }
 
 // Store has the method set of every store: the ports, InTx,
@@ -179,6 +180,7 @@ func New(db DB, opts Options) (*Store, error) {
 		prefix: opts.TablePrefix,
 	}
 	s.windows.margin, s.windows.rescan = windowMargin, windowRescan
+	s.fair.every = fairEvery
 	s.messages = s.schema + "." + s.prefix + "messages"
 	s.attempts = s.schema + "." + s.prefix + "attempts"
 	s.pauses = s.schema + "." + s.prefix + "pauses"
