@@ -34,8 +34,8 @@ const MaxClaimLimit = outbox.MaxClaimLimit
 // is full and yields fewer than Limit messages (long backlogs behind groups
 // that are blocked), a second statement visits every group with unfinished
 // messages, so no group starves behind blocked ones. The window starts
-// 10,000 sequence numbers before the first pending message the Store saw
-// last (when there was none, from the largest sequence number its claims
+// a margin (the sequence numbers drawn in about a second, from 1,000 to
+// 10,000) before the first pending message the Store saw last (when there was none, from the largest sequence number its claims
 // saw), and from the very first pending message once a second has passed
 // since a claim last read it from there (longer when such a read is dear:
 // see windowRescan): a message that becomes PENDING again far behind the
@@ -175,7 +175,7 @@ func (s *Store) claim(ctx context.Context, settings, stmt string, args []any) ([
 // and finished messages stay, in sequence order, before the pending ones,
 // and a window read from the start walks them all (at 500,000 drained
 // messages, with autovacuum off, more than a page of them per claimed
-// message). So a claim starts its window windowMargin sequence numbers
+// message). So a claim starts its window a margin (see windowMarginMin)
 // before the first pending message the store saw last, and reads it from
 // the start again once windowRescan has passed since it last did.
 //
@@ -200,8 +200,16 @@ func (s *Store) claim(ctx context.Context, settings, stmt string, args []any) ([
 // hold one read from the start costs as much as thousands of claims. Spacing
 // the reads by their cost keeps them to a few percent of the claims' work,
 // at the price of a later look behind the window while the horizon is held.
+//
+// The margin itself is the sequence numbers drawn in the last second or so
+// (as claims saw them), at least windowMarginMin and at most windowMargin:
+// what a transaction that commits a second after it drew its numbers is
+// behind by. Its entries before the first pending message are those of
+// messages claimed since, which a window walks (and, while the cleanup
+// horizon is held, visits each in the table).
 const (
 	windowMargin    = 10_000
+	windowMarginMin = 1_000
 	windowRescan    = time.Second
 	windowRescanMax = 30 * time.Second
 	rescanCost      = 20
@@ -221,6 +229,11 @@ type windowLow struct {
 	high int64         // the largest sequence number a claim saw, 0 for none
 	full time.Time     // when the last window read from the start began
 	took time.Duration // how long the claim of the last read from the start took
+	// The sequence numbers drawn per second, from the largest one claims
+	// saw (rateHigh at rateAt, a second or more before).
+	perSec   int64
+	rateHigh int64
+	rateAt   time.Time
 }
 
 // rescanAfter is how long after a read from the start the next one is due.
@@ -245,7 +258,7 @@ func (w *windowLows) start(key string, now time.Time) (low int64, full bool) {
 		w.lows[key] = l
 		return 0, true
 	}
-	return max(l.seq-w.margin, 0), false
+	return max(l.seq-min(w.margin, max(l.perSec, windowMarginMin)), 0), false
 }
 
 // saw records the first sequence number of a claim's window (0 when it
@@ -262,6 +275,12 @@ func (w *windowLows) saw(key string, first, last int64, full bool, took time.Dur
 	l.high = max(l.high, last)
 	if full {
 		l.took = took
+	}
+	if now := time.Now(); l.rateAt.IsZero() || now.Before(l.rateAt) {
+		l.rateHigh, l.rateAt = l.high, now
+	} else if d := now.Sub(l.rateAt); d >= time.Second {
+		l.perSec = int64(float64(l.high-l.rateHigh) / d.Seconds())
+		l.rateHigh, l.rateAt = l.high, now
 	}
 	if full && first == 0 && l.high > 0 {
 		first = l.high + 1
