@@ -51,6 +51,7 @@ func benchContinuous(ctx context.Context, c config, pool *pgxpool.Pool, procs, b
 	pub := newFIFO()
 	stop := runProcessors(ctx, c.dsn, s, pub, procs, outbox.Config{PollBatchSize: c.claimBatch, BufferSize: 2 * c.claimBatch, MaxConcurrentGroups: 10, PollInterval: 100 * time.Millisecond})
 	pctx, cancel := context.WithCancel(ctx)
+	defer cancel() // on an early return (the caller then exits)
 	ob := outbox.New[pgx.Tx](s, outbox.Options{})
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)

@@ -79,7 +79,8 @@ func main() {
 	flag.StringVar(&c.dsn, "dsn", defDSN, "PostgreSQL connection string (default $OUTBOXKIT_POSTGRES_DSN or the local server)")
 	flag.BoolVar(&c.quick, "quick", false, "smaller sizes, for a smoke run")
 	flag.BoolVar(&c.pgbench, "pgbench", true, "measure pgbench ceilings (needs pgbench on PATH)")
-	mode := flag.String("mode", "", "internal: child process modes")
+	mode := flag.String("mode", "", "hold: only hold the cleanup horizon for -hold-for (to run another benchmark under it); else internal child process modes")
+	holdFor := flag.Duration("hold-for", 70*time.Second, "with -mode hold: how long")
 	schema := flag.String("schema", "", "internal: schema for child modes")
 	flag.BoolVar(&noNotify, "no-notify", false, "stores run with Options.DisableNotify (polling only)")
 	flag.BoolVar(&asyncCommit, "async-commit", false, "stores run with Options.AsyncCommit")
@@ -131,6 +132,19 @@ func main() {
 	}
 
 	ctx := context.Background()
+	if *mode == "hold" {
+		// Hold the cleanup horizon from a session of its own for -hold-for,
+		// so that another program (River's benchmark) runs under the same
+		// hold as -hold gives ours.
+		release, err := holdHorizon(ctx, c.dsn)
+		if err != nil {
+			log.Fatal(err)
+		}
+		log.Printf("holding the cleanup horizon for %s", *holdFor)
+		time.Sleep(*holdFor)
+		release()
+		return
+	}
 	if *mode == "drain-rss" {
 		if err := childDrain(ctx, c, *schema); err != nil {
 			log.Fatal(err)
