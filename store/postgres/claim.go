@@ -80,6 +80,7 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	}
 	limit := p.Limit - len(fair)
 	if limit == 0 {
+		s.fair.claimed(key, true)
 		return fair, nil
 	}
 	stmt, fb := s.sql.claimAll, s.sql.claimFallbackAll
@@ -125,6 +126,7 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 		}
 		fair = append(fair, more...) // merged below
 	}
+	s.fair.claimed(key, len(msgs)+len(fair) >= p.Limit)
 	if len(fair) > 0 {
 		msgs = append(msgs, fair...)
 		sort.Slice(msgs, func(i, j int) bool { return msgs[i].Seq < msgs[j].Seq })

@@ -13,7 +13,9 @@ import (
 // Fair share between tenants. A claim's window is the oldest pending
 // messages, so a burst from one tenant fills it, and without more a message
 // another tenant enqueued after the burst would wait until the burst is
-// worked. So, at most every fairEvery per topic filter, a claim first looks
+// worked. So, while claims are full (the last claim with the same topic
+// filter took its whole limit: a backlog longer than a claim), at most every
+// fairEvery, a claim first looks
 // at the next fairTenants tenants that have waiting messages (in byte
 // order, from where the last look ended, round the ring) and, when there
 // are two or more, claims for each of them, ahead of the window, the run of
@@ -30,10 +32,11 @@ const (
 // fairShare keeps, per topic filter, when a claim last looked at the
 // tenants and where the next look starts.
 type fairShare struct {
-	mu    sync.Mutex
-	last  map[string]time.Time
-	from  map[string]string
-	every time.Duration // fairEvery; tests set less
+	mu     sync.Mutex
+	last   map[string]time.Time
+	from   map[string]string
+	filled map[string]bool // the last claim took its whole limit
+	every  time.Duration   // fairEvery; tests set less
 }
 
 // due reports whether a claim with topic filter key made at now looks at
@@ -42,13 +45,26 @@ func (f *fairShare) due(key string, now time.Time) (from string, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.last == nil {
-		f.last, f.from = map[string]time.Time{}, map[string]string{}
+		f.last, f.from, f.filled = map[string]time.Time{}, map[string]string{}, map[string]bool{}
+	}
+	if !f.filled[key] {
+		return "", false
 	}
 	if l, seen := f.last[key]; seen && now.Sub(l) < f.every && !now.Before(l) {
 		return "", false
 	}
 	f.last[key] = now
 	return f.from[key], true
+}
+
+// claimed records whether a claim took its whole limit.
+func (f *fairShare) claimed(key string, full bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.filled == nil {
+		f.last, f.from, f.filled = map[string]time.Time{}, map[string]string{}, map[string]bool{}
+	}
+	f.filled[key] = full
 }
 
 // next records where the next look starts: after the last tenant seen, or

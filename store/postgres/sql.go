@@ -207,7 +207,15 @@ SELECT ins.id, ins.seq FROM ins` + notifyJoin)
 	// caller knows whether to look past it.
 	// Paused topics and groups (outbox.Admin) are not claimed.
 	notPaused := adminsql.NotPausedRowByRow("{P}", "")
-	claimTail := func(topicFilter string) string {
+	// cand's order is oldest runs first or, for the fair-share claim
+	// (fair), each run's first message, then each run's second, and so on:
+	// every tenant's run gets its head in however small a claim. The
+	// fair-share claim takes no unordered message.
+	claimTail := func(topicFilter string, fair bool) string {
+		order, unordered := "c.rank_seq, c.seq", ""
+		if fair {
+			order, unordered = "c.pos, c.rank_seq, c.seq", " AND false"
+		}
 		return `
 runs AS MATERIALIZED (
 	SELECT r.id, r.pos, h.seq AS rank_seq, r.seq, r.tid
@@ -227,12 +235,12 @@ runs AS MATERIALIZED (
 	LIMIT $3
 ), free AS MATERIALIZED (
 	SELECT id, 1::bigint AS pos, seq AS rank_seq, seq, ctid AS tid FROM {T}
-	WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= $1` + topicFilter + notPaused + `
+	WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= $1` + topicFilter + notPaused + unordered + `
 	ORDER BY next_attempt_at
 	LIMIT $3
 ), cand AS MATERIALIZED (
 	SELECT c.id, c.pos, c.tid FROM (SELECT * FROM runs UNION ALL SELECT * FROM free) c
-	ORDER BY c.rank_seq, c.seq
+	ORDER BY ` + order + `
 	LIMIT $3
 ), locked AS MATERIALIZED (
 	-- Rows are found by the tuple IDs read above, in one TID scan of an
@@ -349,7 +357,7 @@ runs AS MATERIALIZED (
 		AND m.status = 'PENDING' AND m.next_attempt_at <= $1
 	LIMIT $3
 	FOR UPDATE OF m SKIP LOCKED
-),` + claimTail(tf) + `
+),` + claimTail(tf, fair) + `
 SELECT s.scanned, s.maxseq, s.minseq, {UCOLS}, u.tid
 FROM (
 	-- The window's size matters only when the runs did not fill the claim
@@ -395,7 +403,7 @@ ORDER BY u.seq`)
 	WHERE m.status = 'PENDING' AND m.next_attempt_at <= $1 AND h.seq < h.leased
 	LIMIT $3
 	FOR UPDATE OF m SKIP LOCKED
-),` + claimTail(tf) + `
+),` + claimTail(tf, false) + `
 SELECT 0::bigint AS scanned, 0::bigint AS maxseq, 0::bigint AS minseq, {UCOLS}, u.tid
 FROM (SELECT {ASYNC} AS sc) s
 LEFT JOIN upd u ON true
