@@ -404,11 +404,11 @@ func consoleFlows(t *testing.T, ctx context.Context, bctx context.Context, st ad
 		}
 		if screenshots {
 			shoot(t, tb, "console-overview.png", "")
+			shoot(t, tb, "console-groups.png", "groups")
 			tb = newTab(t, bctx, false)
 			tb.open(srv.URL + "/ops/#status=&m=" + s.sent.ID + "&mt=T1")
 			tb.wait("detail", `document.getElementById("detail-id").textContent === "`+s.sent.ID+`"`)
 			shoot(t, tb, "console-message.png", "")
-			shoot(t, tb, "console-groups.png", "groups")
 		}
 	})
 }

@@ -187,6 +187,7 @@
   async function loadActivity() {
     const a = await api("GET", "activity");
     const m = a.minutes;
+    $("activity-note").textContent = a.complete ? "" : "From the hour's first " + a.scanned + " messages only (Config.ScanLimit).";
     $("chart-throughput").replaceChildren(lineChart([
       { name: "enqueued", cls: "s-enq", values: m.map((x) => x.enqueued) },
       { name: "published", cls: "s-pub", values: m.map((x) => x.published) },
