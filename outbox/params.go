@@ -122,8 +122,19 @@ func (p MessageRecoverParams) Validate() error {
 	return p.DeadLetter.Validate("DeadLetter")
 }
 
-// Validate checks that Before is set and Limit is not negative.
-func (p MessagePruneParams) Validate() error { return validatePrune(p.Before.IsZero(), p.Limit) }
+// Validate checks that Before is set, Limit is not negative and Statuses
+// are finished statuses.
+func (p MessagePruneParams) Validate() error {
+	for _, st := range p.Statuses {
+		if !st.Finished() {
+			return invalid("Statuses", fmt.Sprintf("%q is not a finished status (SENT, DELIVERED, FAILED, CANCELLED)", string(st)))
+		}
+	}
+	if len(p.Topic) > MaxKeyLength {
+		return invalid("Topic", fmt.Sprintf("is %d bytes, the limit is %d", len(p.Topic), MaxKeyLength))
+	}
+	return validatePrune(p.Before.IsZero(), p.Limit)
+}
 
 // Validate checks that Before is set and Limit is not negative.
 func (p InboxPruneParams) Validate() error { return validatePrune(p.Before.IsZero(), p.Limit) }

@@ -55,7 +55,8 @@ type Store interface {
 	// CANCELLED) last updated before Before, with their attempts, at most
 	// Limit per call, and returns how many it deleted. A dead letter that
 	// blocks its group is kept: deleting it would release the group
-	// unseen.
+	// unseen. Statuses and Topic narrow what is deleted; DryRun counts it
+	// instead.
 	MessagePrune(ctx context.Context, p MessagePruneParams) (int, error)
 	// MessageRecover puts back to PENDING every PROCESSING message claimed
 	// before ClaimedBefore (an expired lease: its processor died), without
@@ -310,6 +311,24 @@ type MessagePruneParams struct {
 	// Limit caps the rows deleted by one call (keeps locks short);
 	// defaults to 1000.
 	Limit int
+	// Statuses restricts the prune to these finished statuses; empty means
+	// every finished status (SENT, DELIVERED, FAILED, CANCELLED). An
+	// operator who keeps dead letters for inspection leaves FAILED out.
+	Statuses []Status
+	// Topic restricts the prune to one topic; "" means every topic.
+	Topic string
+	// DryRun counts every message the prune would delete (Limit aside)
+	// and deletes nothing.
+	DryRun bool
+}
+
+// PruneStatuses returns the statuses p prunes: p.Statuses, or every
+// finished status when it is empty.
+func (p MessagePruneParams) PruneStatuses() []Status {
+	if len(p.Statuses) > 0 {
+		return p.Statuses
+	}
+	return []Status{StatusSent, StatusDelivered, StatusFailed, StatusCancelled}
 }
 
 // MessageRecoverParams selects expired leases.

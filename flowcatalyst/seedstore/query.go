@@ -234,8 +234,13 @@ func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParam
 }
 
 // MessagePrune deletes COMPLETED and FAILED rows finished before p.Before,
-// at most p.Limit (default 1000) per table and call.
+// at most p.Limit (default 1000) per table and call. It refuses
+// p.Statuses, p.Topic and p.DryRun (outbox.ErrInvalidInput) rather than
+// delete more than asked.
 func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (int, error) {
+	if len(p.Statuses) > 0 || p.Topic != "" || p.DryRun {
+		return 0, outbox.InvalidParam("MessagePruneParams", "the seed tables prune by age only (no Statuses, Topic or DryRun)")
+	}
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 1000

@@ -213,9 +213,10 @@ func (s *Store) MessageCancel(ctx context.Context, p outbox.MessageCancelParams)
 }
 
 // MessagePrune implements outbox.Store: it deletes up to p.Limit (default
-// 1000) finished messages (SENT, DELIVERED, FAILED, CANCELLED) last updated
-// before p.Before, oldest first, with their attempts, across all tenants. A
-// dead letter that blocks its group is kept.
+// 1000) finished messages (SENT, DELIVERED, FAILED, CANCELLED, or
+// p.Statuses; of p.Topic when set) last updated before p.Before, oldest
+// first, with their attempts, across all tenants; p.DryRun counts them
+// instead. A dead letter that blocks its group is kept.
 func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (int, error) {
 	if err := p.Validate(); err != nil {
 		return 0, err
@@ -224,13 +225,30 @@ func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (
 	if limit == 0 {
 		limit = 1000
 	}
-	before := s.d.Time(s.now(p.Before))
+	sts := p.PruneStatuses()
+	where := `status IN (` + Placeholders(len(sts)) + `) AND updated_at < ? AND blocks_group = 0`
+	args := make([]any, 0, len(sts)+3)
+	for _, st := range sts {
+		args = append(args, string(st))
+	}
+	args = append(args, s.d.Time(s.now(p.Before)))
+	if p.Topic != "" {
+		where += ` AND topic = ?`
+		args = append(args, p.Topic)
+	}
+	if p.DryRun {
+		var n int
+		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+s.messages+` WHERE `+where, args...).Scan(&n); err != nil {
+			return 0, s.errorf("prune: count", err)
+		}
+		return n, nil
+	}
 	var n int64
 	err := s.cfg.WriteTx(ctx, func(q Querier) error {
 		var ids []any
 		err := s.scanRows(ctx, q, `SELECT id FROM `+s.messages+`
-			WHERE status IN ('SENT', 'DELIVERED', 'FAILED', 'CANCELLED') AND updated_at < ? AND blocks_group = 0
-			ORDER BY updated_at, seq LIMIT ?`+s.d.SkipLocked, []any{before, limit}, func(rows *sql.Rows) error {
+			WHERE `+where+`
+			ORDER BY updated_at, seq LIMIT ?`+s.d.SkipLocked, append(args, limit), func(rows *sql.Rows) error {
 			var id string
 			err := rows.Scan(&id)
 			ids = append(ids, id)

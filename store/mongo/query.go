@@ -199,8 +199,9 @@ func (s *Store) MessageCancel(ctx context.Context, p outbox.MessageCancelParams)
 }
 
 // MessagePrune implements outbox.Store: it deletes up to p.Limit (default
-// 1000) finished messages last updated before p.Before, oldest first, with
-// their attempts, across all tenants.
+// 1000) finished messages (or those of p.Statuses; of p.Topic when set)
+// last updated before p.Before, oldest first, with their attempts, across
+// all tenants; p.DryRun counts them instead.
 func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (int, error) {
 	if err := p.Validate(); err != nil {
 		return 0, err
@@ -209,10 +210,26 @@ func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (
 	if limit == 0 {
 		limit = 1000
 	}
+	sts := bson.A{}
+	for _, st := range p.PruneStatuses() {
+		sts = append(sts, string(st))
+	}
+	filter := bson.D{{Key: "fin", Value: true}, {Key: "status", Value: bson.D{{Key: "$in", Value: sts}}},
+		{Key: "updated_at", Value: bson.D{{Key: "$lt", Value: p.Before.UTC()}}}}
+	if p.Topic != "" {
+		filter = append(filter, bson.E{Key: "topic", Value: p.Topic})
+	}
+	if p.DryRun {
+		n, err := s.msgs.CountDocuments(ctx, filter)
+		if err != nil {
+			return 0, fmt.Errorf("mongo: prune: count: %w", err)
+		}
+		return int(n), nil
+	}
 	var docs []struct {
 		ID string `bson:"_id"`
 	}
-	if err := s.findAll(ctx, bson.D{{Key: "fin", Value: true}, {Key: "updated_at", Value: bson.D{{Key: "$lt", Value: p.Before.UTC()}}}}, &docs,
+	if err := s.findAll(ctx, filter, &docs,
 		options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}).SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}})); err != nil {
 		return 0, fmt.Errorf("mongo: prune: %w", err)
 	}

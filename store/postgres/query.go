@@ -266,8 +266,9 @@ func (s *Store) MessageApplyReceipt(ctx context.Context, p outbox.MessageApplyRe
 }
 
 // MessagePrune deletes up to p.Limit (default 1,000) finished messages
-// (SENT, DELIVERED, FAILED, CANCELLED) last updated before p.Before, with
-// their attempts, in one short statement that skips rows locked by others.
+// (SENT, DELIVERED, FAILED, CANCELLED, or p.Statuses; of p.Topic when set)
+// last updated before p.Before, with their attempts, in one short
+// statement that skips rows locked by others; p.DryRun counts them instead.
 // Call it in a loop until it returns less than the limit. Every 50,000
 // pruned rows, the store analyses its tables (ANALYZE, best effort).
 func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (int, error) {
@@ -278,8 +279,19 @@ func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (
 	if limit <= 0 {
 		limit = 1000
 	}
+	sts := make([]string, 0, 4)
+	for _, st := range p.PruneStatuses() {
+		sts = append(sts, string(st))
+	}
+	before := p.Before.UTC().Truncate(time.Microsecond)
 	var n int
-	if err := s.db.QueryRow(ctx, s.sql.prune, p.Before.UTC().Truncate(time.Microsecond), limit).Scan(&n); err != nil {
+	if p.DryRun {
+		if err := s.db.QueryRow(ctx, s.sql.pruneCount, before, sts, p.Topic).Scan(&n); err != nil {
+			return 0, wrapErr("prune: count", err)
+		}
+		return n, nil
+	}
+	if err := s.db.QueryRow(ctx, s.sql.prune, before, limit, sts, p.Topic).Scan(&n); err != nil {
 		return 0, wrapErr("prune", err)
 	}
 	// After a large prune the statistics describe a table that is gone.

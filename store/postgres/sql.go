@@ -36,6 +36,7 @@ type sqlText struct {
 	statusOf                   string
 	receiptLock, receiptUpdate string
 	prune                      string
+	pruneCount                 string
 	pendingTopics              string
 }
 
@@ -598,7 +599,7 @@ FOR UPDATE`),
 WHERE id = $1`),
 		prune: q(`WITH victims AS (
 	SELECT id FROM {T}
-	WHERE status IN ('SENT', 'DELIVERED', 'FAILED', 'CANCELLED') AND updated_at < $1 AND NOT blocks_group
+	WHERE status = ANY($3::text[]) AND updated_at < $1 AND NOT blocks_group AND ($4 = '' OR topic = $4)
 	ORDER BY updated_at
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
@@ -608,6 +609,8 @@ WHERE id = $1`),
 	DELETE FROM {A} a USING del WHERE a.message_id = del.id
 )
 SELECT count(*) FROM del`),
+		pruneCount: q(`SELECT count(*) FROM {T}
+	WHERE status = ANY($2::text[]) AND updated_at < $1 AND NOT blocks_group AND ($3 = '' OR topic = $3)`),
 	}
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,95 +14,6 @@ import (
 	"github.com/outboxkit/outboxkit/outbox"
 	"github.com/outboxkit/outboxkit/outbox/admin"
 )
-
-func cmdMigrate(ctx context.Context, args []string, out io.Writer) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return usagef("migrate needs an action: up, down, status or sql")
-	}
-	action := args[0]
-	fs := flag.NewFlagSet("migrate "+action, flag.ContinueOnError)
-	var c conn
-	c.register(fs)
-	to := fs.Int("to", -1, "up/down: migrate to this version instead of the newest (up) or 0 (down)")
-	down := fs.Bool("down", false, "sql: print the down migrations, newest first")
-	if err := parse(fs, args[1:]); err != nil {
-		return err
-	}
-	switch action {
-	case "up", "down", "status", "sql":
-	default:
-		return usagef("unknown migrate action %q (up, down, status, sql)", action)
-	}
-	c.offline = action == "sql"
-	t, err := c.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer t.close()
-	newest := 0
-	if n := len(t.migrations); n > 0 {
-		newest = t.migrations[n-1].Version
-	}
-	switch action {
-	case "sql":
-		return printSQL(out, t, *down)
-	case "up":
-		if *to >= 0 {
-			err = t.migrator.MigrateTo(ctx, *to)
-		} else {
-			err = t.migrator.Migrate(ctx)
-		}
-	case "down":
-		err = t.migrator.MigrateTo(ctx, max(*to, 0))
-	}
-	if err != nil {
-		return err
-	}
-	v, err := t.migrator.SchemaVersion(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "%s schema version %d (newest known: %d)\n", t.kind, v, newest)
-	if action == "status" {
-		for _, m := range t.migrations {
-			state := "pending"
-			if m.Version <= v {
-				state = "applied"
-			}
-			fmt.Fprintf(out, "%03d_%s\t%s\n", m.Version, m.Name, state)
-		}
-	}
-	return nil
-}
-
-// printSQL prints the rendered migrations, ready for psql, mysql, sqlite3,
-// mongosh or a migration tool.
-func printSQL(out io.Writer, t *target, down bool) error {
-	comment, ext := cmp.Or(t.comment, "--"), cmp.Or(t.ext, "sql")
-	fmt.Fprintf(out, "%s outboxkit %s schema: %d migrations", comment, t.kind, len(t.migrations))
-	if down {
-		fmt.Fprint(out, " (down, newest first)")
-	}
-	fmt.Fprintf(out, ".\n%s outboxctl migrate sql prints what Migrate applies, without its version table.\n", comment)
-	if t.kind == "mongo" {
-		fmt.Fprint(out, "// MongoDB: mongosh commands for the database of the URL; run them with\n"+
-			"// mongosh \"mongodb://host:27017/DB\" FILE.js (Migrate records versions in <prefix>migrations).\n")
-	}
-	fmt.Fprintln(out)
-	if !down && t.preamble != "" {
-		fmt.Fprint(out, t.preamble, "\n")
-	}
-	for i := range t.migrations {
-		m := t.migrations[i]
-		text, dir := m.Up, "up"
-		if down {
-			m = t.migrations[len(t.migrations)-1-i]
-			text, dir = m.Down, "down"
-		}
-		fmt.Fprintf(out, "%s %03d_%s.%s.%s\n%s", comment, m.Version, m.Name, dir, ext, strings.TrimRight(text, "\n")+"\n\n")
-	}
-	return nil
-}
 
 // filterFlags are the operator filter's flags.
 type filterFlags struct {
@@ -143,7 +53,8 @@ func (f *filterFlags) filter() (outbox.MessageFilter, error) {
 	return mf, mf.Validate()
 }
 
-func cmdStats(ctx context.Context, args []string, out io.Writer) error {
+func cmdStats(ctx context.Context, args []string, e env) error {
+	out := e.out
 	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
@@ -233,7 +144,8 @@ func printStats(out io.Writer, stats []outbox.TopicStat, now time.Time) int64 {
 	return open
 }
 
-func cmdList(ctx context.Context, args []string, out, errOut io.Writer) error {
+func cmdList(ctx context.Context, args []string, e env) error {
+	out := e.out
 	fs := flag.NewFlagSet("list", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
@@ -271,7 +183,7 @@ func cmdList(ctx context.Context, args []string, out, errOut io.Writer) error {
 		}
 		if page.NextAfterSeq != 0 {
 			// stdout stays JSON lines: the hint goes to stderr.
-			fmt.Fprintf(errOut, "next: --after-seq %d\n", page.NextAfterSeq)
+			fmt.Fprintf(e.err, "next: --after-seq %d\n", page.NextAfterSeq)
 		}
 		return nil
 	}
@@ -300,118 +212,8 @@ func oneLine(s string, n int) string {
 	return s
 }
 
-func cmdRequeue(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("requeue", flag.ContinueOnError)
-	var c conn
-	c.register(fs)
-	var ff filterFlags
-	ff.register(fs)
-	id := fs.String("id", "", "requeue this one message (with --tenant)")
-	all := fs.Bool("all", false, "requeue every dead letter (required when no filter is given)")
-	dry := fs.Bool("dry-run", false, "count what would be requeued, change nothing")
-	chunk := fs.Int("chunk", 500, "messages per call: one transaction on SQL stores (at most 1000)")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	t, err := c.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer t.close()
-	if *id != "" {
-		if ff.status != "" || ff.topic != "" || ff.group != "" || ff.errorCode != "" || ff.after != "" || ff.before != "" || *all || strings.Contains(ff.tenants, ",") {
-			return usagef("--id takes only --tenant")
-		}
-		if *dry {
-			m, err := t.store.MessageGet(ctx, outbox.MessageGetParams{Tenant: ff.tenants, ID: *id})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "dry run: %s is %s\n", m.ID, m.Status)
-			return nil
-		}
-		m, err := t.store.MessageRequeue(ctx, outbox.MessageRequeueParams{Tenant: ff.tenants, ID: *id})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "requeued %s: %s\n", m.ID, m.Status)
-		return nil
-	}
-	f, err := ff.filter()
-	if err != nil {
-		return err
-	}
-	a, err := t.admin()
-	if err != nil {
-		return err
-	}
-	p := outbox.MessageRequeueManyParams{Filter: f, All: *all, DryRun: *dry, Limit: *chunk}
-	check := p
-	if err := outbox.ValidateRequeueMany(&check); err != nil {
-		return err
-	}
-	verb := "requeued"
-	if *dry {
-		verb = "would requeue"
-	}
-	total, err := outbox.RequeueAll(ctx, a, p, func(r outbox.RequeueManyResult) {
-		if *dry {
-			fmt.Fprintf(out, "chunk: %d matched\n", r.Matched)
-		} else {
-			fmt.Fprintf(out, "chunk: %d requeued\n", r.Requeued)
-		}
-	})
-	if err != nil {
-		if total.NextAfterSeq != 0 {
-			return fmt.Errorf("stopped after %d (resume with the same filter; already requeued messages are PENDING now): %w", total.Requeued, err)
-		}
-		return err
-	}
-	n := total.Requeued
-	if *dry {
-		n = total.Matched
-	}
-	fmt.Fprintf(out, "%s %d dead letters\n", verb, n)
-	return nil
-}
-
-func cmdPrune(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("prune", flag.ContinueOnError)
-	var c conn
-	c.register(fs)
-	older := fs.Duration("older-than", 0, "delete finished messages (SENT, DELIVERED, FAILED, CANCELLED) last updated longer ago than this, e.g. 720h (required)")
-	chunk := fs.Int("chunk", 1000, "messages per statement")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if *older <= 0 {
-		return usagef("--older-than is required and must be positive")
-	}
-	if *chunk <= 0 {
-		return usagef("--chunk must be positive")
-	}
-	t, err := c.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer t.close()
-	before := time.Now().Add(-*older)
-	total := 0
-	for {
-		n, err := t.store.MessagePrune(ctx, outbox.MessagePruneParams{Before: before, Limit: *chunk})
-		total += n
-		if err != nil {
-			return fmt.Errorf("after deleting %d: %w", total, err)
-		}
-		if n < *chunk || ctx.Err() != nil {
-			break
-		}
-	}
-	fmt.Fprintf(out, "pruned %d finished messages last updated before %s\n", total, before.UTC().Format(time.RFC3339))
-	return nil
-}
-
-func cmdPause(ctx context.Context, verb string, args []string, out io.Writer) error {
+func cmdPause(ctx context.Context, verb string, args []string, e env) error {
+	out := e.out
 	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
 	var c conn
 	c.register(fs)
@@ -474,7 +276,7 @@ func or(s, def string) string {
 // implement outbox.StorageReporter.
 var errNoStorageReport = errors.New("the store does not report its storage (store/postgres does)")
 
-func cmdStorage(ctx context.Context, args []string, out io.Writer) error {
+func cmdStorage(ctx context.Context, args []string, e env) error {
 	fs := flag.NewFlagSet("storage", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
@@ -494,7 +296,7 @@ func cmdStorage(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	printStorage(out, st)
+	printStorage(e.out, st)
 	return nil
 }
 

@@ -20,11 +20,18 @@ import (
 	"github.com/outboxkit/outboxkit/store/sqlite"
 )
 
-// ctl runs outboxctl with args and returns its exit status and output.
+// ctl runs outboxctl with args, its stdin empty and not a terminal, and
+// returns its exit status and output.
 func ctl(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return ctlTerminal(t, "", false, args...)
+}
+
+// ctlTerminal runs outboxctl with stdin reading input, a terminal or not.
+func ctlTerminal(t *testing.T, input string, terminal bool, args ...string) (int, string, string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), args, &out, &errOut)
+	code := run(context.Background(), args, env{in: strings.NewReader(input), out: &out, err: &errOut, terminal: terminal})
 	return code, out.String(), errOut.String()
 }
 
@@ -208,7 +215,7 @@ func TestSQLiteSession(t *testing.T) {
 			t.Errorf("outboxctl %v: exit %d (%q), want 2 with a message", args, code, errOut)
 		}
 	}
-	if out := mustCtl(t, "migrate", "down", "--url", url); !strings.Contains(out, "schema version 0") {
+	if out := mustCtl(t, "migrate", "down", "--url", url, "--to", "0", "--yes"); !strings.Contains(out, "schema version 0") {
 		t.Fatalf("migrate down: %s", out)
 	}
 }
@@ -270,9 +277,9 @@ func operatorSession(t *testing.T, url string, st outbox.Store, enqueue func(con
 		t.Errorf("requeue of an unknown ID: exit %d, want 1", code)
 	}
 
-	out = mustCtl(t, "requeue", "--url", url, "--topic", "orders", "--dry-run", "--chunk", "2")
-	if !strings.Contains(out, "would requeue 3 dead letters") || strings.Count(out, "chunk:") != 2 {
-		t.Fatalf("requeue --dry-run:\n%s", out)
+	code, out, errOut := ctl(t, "requeue", "--url", url, "--topic", "orders", "--dry-run", "--chunk", "2")
+	if code != 0 || !strings.Contains(out, "would requeue 3 dead letters") || strings.Count(errOut, "requeue: ") != 2 {
+		t.Fatalf("requeue --dry-run: exit %d\n%s\nstderr (progress, a line per chunk):\n%s", code, out, errOut)
 	}
 	c, _ := st.MessageCount(ctx, outbox.MessageCountParams{AllTenants: true})
 	if c[outbox.StatusFailed] != 3 {
@@ -347,7 +354,9 @@ func TestStoragePostgres(t *testing.T) {
 		t.Errorf("storage output with a transaction open (session %d) says nothing holds the horizon back:\n%s", pid, out)
 	}
 
-	code, _, errOut := ctl(t, "storage", "--url", "sqlite:"+filepath.Join(t.TempDir(), "s.db"))
+	lite := "sqlite:" + filepath.Join(t.TempDir(), "s.db")
+	mustCtl(t, "migrate", "up", "--url", lite)
+	code, _, errOut := ctl(t, "storage", "--url", lite)
 	if code != 1 || !strings.Contains(errOut, "does not report its storage") {
 		t.Errorf("storage on SQLite: exit %d, %q; want 1 and the reason", code, errOut)
 	}

@@ -132,6 +132,10 @@ func TestMigrateSQLMongo(t *testing.T) {
 	}
 	mongosh(t, b, script)
 	sameLines(t, "MongoDB collections and indexes", mongoSchema(t, a), mongoSchema(t, b))
+	// The script records the schema version, as Migrate does.
+	if code, out, errOut := ctl(t, "migrate", "status", "--url", mongoURL(t, b)); code != 0 || strings.Contains(out, "pending") {
+		t.Fatalf("migrate status after the script: exit %d\n%s%s", code, out, errOut)
+	}
 
 	mongosh(t, b, mustCtl(t, "migrate", "sql", "--down", "--url", mongoURL(t, b)))
 	if left := mongoSchema(t, b); len(left) != 0 {
@@ -176,7 +180,7 @@ func TestMongoSession(t *testing.T) {
 		t.Errorf("stats on a dead server: exit %d, %q; want 1 and the password masked", code, errOut)
 	}
 
-	if out := mustCtl(t, "migrate", "down", "--url", url); !strings.Contains(out, "schema version 0") {
+	if out := mustCtl(t, "migrate", "down", "--url", url, "--to", "0", "--yes"); !strings.Contains(out, "schema version 0") {
 		t.Fatalf("migrate down: %s", out)
 	}
 	names, err := db.DB.ListCollectionNames(context.Background(), bson.D{})

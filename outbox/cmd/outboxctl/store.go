@@ -7,9 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,10 +37,24 @@ var (
 // conn holds the connection flags every command takes.
 type conn struct {
 	url, prefix, schema string
-	// offline: the command only renders (migrate sql); a MongoDB server
-	// is not contacted.
-	offline bool
+	mode                openMode
 }
+
+// openMode says what a command may find and create when it opens a store.
+type openMode int
+
+const (
+	// needSchema: the command works on messages; a database without the
+	// outboxkit schema answers errNotMigrated and nothing is created.
+	needSchema openMode = iota
+	// inspect: migrate status and down; no schema is not an error, but
+	// nothing is created (no SQLite file).
+	inspect
+	// create: migrate up, the one command that creates a SQLite file.
+	create
+	// render: migrate sql; no server is contacted, nothing is created.
+	render
+)
 
 func (c *conn) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.url, "url", os.Getenv("OUTBOXCTL_URL"), "store URL: postgres://…, mysql://…, sqlite:///path, mongodb://host/db (default $OUTBOXCTL_URL)")
@@ -45,18 +62,55 @@ func (c *conn) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.schema, "schema", "", "PostgreSQL schema (default public)")
 }
 
-// parse parses args into fs, mapping -h and flag errors to errHelp and
-// errFlags (the flag package printed the message).
-func parse(fs *flag.FlagSet, args []string) error {
+// parse parses args into fs, flags and words in any order, mapping -h and
+// flag errors to errHelp and errFlags. The words fill positional in turn;
+// a word beyond them is bad usage: a command never ignores what it was
+// told (a stray word before --dry-run must not turn a dry run into a real
+// one).
+func parse(fs *flag.FlagSet, args []string, positional ...*string) error {
 	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fs.SetOutput(os.Stderr)
-		fs.PrintDefaults()
-		return errHelp
-	case err != nil:
-		return fmt.Errorf("%w: %v", errFlags, err)
+	n := 0
+	for {
+		err := fs.Parse(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			fs.SetOutput(os.Stderr)
+			fs.PrintDefaults()
+			return errHelp
+		case err != nil:
+			return fmt.Errorf("%w: %v", errFlags, err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return nil
+		}
+		// After "--" every word is a word, flag-like or not.
+		words := rest[:1]
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			words = rest
+		}
+		for _, w := range words {
+			if n == len(positional) {
+				return usagef("%s: unexpected argument %q (nothing was done)", fs.Name(), w)
+			}
+			*positional[n] = w
+			n++
+		}
+		args = rest[len(words):]
+	}
+}
+
+// onlyFlags refuses, as bad usage, a flag that was set on fs but is not
+// one of allowed: a flag that does not apply is a mistake, not a no-op.
+func onlyFlags(fs *flag.FlagSet, what string, allowed ...string) error {
+	var bad []string
+	fs.Visit(func(f *flag.Flag) {
+		if !slices.Contains(allowed, f.Name) && !slices.Contains([]string{"url", "prefix", "schema"}, f.Name) {
+			bad = append(bad, "--"+f.Name)
+		}
+	})
+	if len(bad) > 0 {
+		return usagef("%s does not take %s (nothing was done)", what, strings.Join(bad, ", "))
 	}
 	return nil
 }
@@ -117,8 +171,27 @@ func redact(raw string) string {
 	return u.String()
 }
 
-// open connects to the store c.url names.
+// open connects to the store c.url names and, in needSchema mode, checks
+// that its schema is there.
 func (c *conn) open(ctx context.Context) (*target, error) {
+	t, err := c.connect(ctx)
+	if err != nil || c.mode != needSchema {
+		return t, err
+	}
+	v, err := t.migrator.SchemaVersion(ctx)
+	if err != nil {
+		t.close()
+		return nil, err
+	}
+	if v == 0 {
+		t.close()
+		return nil, fmt.Errorf("%s %s: no outboxkit schema: %w", t.kind, redact(c.url), errNotMigrated)
+	}
+	return t, nil
+}
+
+// connect connects to the store c.url names.
+func (c *conn) connect(ctx context.Context) (*target, error) {
 	if c.url == "" {
 		return nil, usagef("--url (or OUTBOXCTL_URL) is required")
 	}
@@ -167,11 +240,26 @@ func (c *conn) open(ctx context.Context) (*target, error) {
 		if path == "" {
 			return nil, usagef("--url %q names no file (sqlite:///path/to/file.db)", c.url)
 		}
+		cleanup := func() {}
+		switch _, err := os.Stat(path); {
+		case c.mode == render:
+			// Render from a scratch file: the named one is not created.
+			dir, err := os.MkdirTemp("", "outboxctl")
+			if err != nil {
+				return nil, err
+			}
+			path, cleanup = filepath.Join(dir, "render.db"), func() { _ = os.RemoveAll(dir) }
+		case errors.Is(err, fs.ErrNotExist) && c.mode != create:
+			// sqlite.Open would create it: a mistyped path must not
+			// leave an empty database behind.
+			return nil, fmt.Errorf("sqlite: %s does not exist: %w", path, errNotMigrated)
+		}
 		st, err := sqlite.Open(ctx, path, sqlite.Options{TablePrefix: c.prefix})
 		if err != nil {
+			cleanup()
 			return nil, err
 		}
-		t := &target{kind: "sqlite", store: st, migrator: st, close: func() { st.Close() }}
+		t := &target{kind: "sqlite", store: st, migrator: st, close: func() { st.Close(); cleanup() }}
 		for _, m := range st.Migrations() {
 			t.migrations = append(t.migrations, migration{m.Version, m.Name, m.Up, m.Down})
 		}
@@ -200,7 +288,7 @@ func (c *conn) openMongo(ctx context.Context) (*target, error) {
 		return nil, fmt.Errorf("mongodb: %s: %v", redact(c.url), redactErr(err, c.url))
 	}
 	closeClient := func() { _ = client.Disconnect(context.WithoutCancel(ctx)) }
-	if !c.offline {
+	if c.mode != render {
 		pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
 		if err := client.Ping(pctx, nil); err != nil {

@@ -210,6 +210,53 @@ func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
 		wantCounts(t, e.count(""), map[outbox.Status]int64{outbox.StatusProcessing: 2, outbox.StatusPending: 1, outbox.StatusSent: 1})
 	})
 
+	t.Run("PruneByStatusAndTopic", func(t *testing.T) {
+		need(t, h, CapCancel, CapAttemptHistory)
+		e := setup(t, h)
+		a, b := e.enqueueN("a", "", 3), e.enqueueN("b", "", 2)
+		c := e.claim("p", 5, e.t0)
+		if len(c) != 5 {
+			t.Fatalf("claimed %d, want 5", len(c))
+		}
+		var outs []outbox.Outcome
+		for _, m := range c {
+			k := outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: 1}
+			if m.ID == a[1].ID || m.ID == b[1].ID {
+				k = outbox.Outcome{Kind: outbox.OutcomeDead, ID: m.ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "x"}}
+			}
+			if m.ID == a[2].ID {
+				k = outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: 1}
+			}
+			outs = append(outs, k)
+		}
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: outs})
+		if _, err := e.s.MessageCancel(e.ctx, outbox.MessageCancelParams{ID: a[2].ID, Now: e.t0}); err != nil {
+			t.Fatal(err)
+		}
+		// a: SENT, FAILED, CANCELLED; b: SENT, FAILED.
+		before := e.at(time.Minute)
+		_, err := e.s.MessagePrune(e.ctx, outbox.MessagePruneParams{Before: before, Statuses: []outbox.Status{outbox.StatusPending}})
+		wantErrIs(t, "MessagePrune of PENDING", err, outbox.ErrInvalidInput)
+		keepDead := []outbox.Status{outbox.StatusSent, outbox.StatusDelivered, outbox.StatusCancelled}
+		n, err := e.s.MessagePrune(e.ctx, outbox.MessagePruneParams{Before: before, Statuses: keepDead, DryRun: true, Limit: 1})
+		if err != nil || n != 3 {
+			t.Fatalf("MessagePrune dry run: %d, %v; want 3 counted (Limit aside)", n, err)
+		}
+		wantCounts(t, e.count(""), map[outbox.Status]int64{outbox.StatusSent: 2, outbox.StatusFailed: 2, outbox.StatusCancelled: 1})
+		n, err = e.s.MessagePrune(e.ctx, outbox.MessagePruneParams{Before: before, Statuses: keepDead, Topic: "a"})
+		if err != nil || n != 2 {
+			t.Fatalf("MessagePrune of topic a without dead letters: %d, %v; want 2", n, err)
+		}
+		wantCounts(t, e.count(""), map[outbox.Status]int64{outbox.StatusSent: 1, outbox.StatusFailed: 2})
+		n, err = e.s.MessagePrune(e.ctx, outbox.MessagePruneParams{Before: before, Statuses: []outbox.Status{outbox.StatusFailed}, Topic: "b"})
+		if err != nil || n != 1 {
+			t.Fatalf("MessagePrune of b's dead letters: %d, %v; want 1", n, err)
+		}
+		e.get("", a[1].ID)
+		e.get("", b[0].ID)
+		wantCounts(t, e.count(""), map[outbox.Status]int64{outbox.StatusSent: 1, outbox.StatusFailed: 1})
+	})
+
 	t.Run("TenantIsolation", func(t *testing.T) {
 		need(t, h, CapTenants, CapIdempotency, CapAttemptHistory)
 		e := setup(t, h)
