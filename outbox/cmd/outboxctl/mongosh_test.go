@@ -95,7 +95,9 @@ func TestMigrateSQLMongoshGivesARunnableDatabase(t *testing.T) {
 	})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- outbox.Run(runCtx, st, pub, outbox.Config{Topics: []string{"t"}, PollInterval: 50 * time.Millisecond}) }()
+	go func() {
+		done <- outbox.Run(runCtx, st, pub, outbox.Config{Topics: []string{"t"}, PollInterval: 50 * time.Millisecond})
+	}()
 	select {
 	case err := <-done:
 		stop()
