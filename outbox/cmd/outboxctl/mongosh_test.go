@@ -17,9 +17,9 @@ import (
 	"github.com/outboxkit/outboxkit/store/mongo"
 )
 
-// mongoshPath finds the real mongosh: $OUTBOXKIT_MONGOSH, then PATH, then
-// the npm install .ci/run makes (~/.cache/outboxkit/mongosh). Without it
-// the test skips, or fails when OUTBOXKIT_REQUIRE_BACKENDS=1.
+// mongoshPath finds the real mongosh: $OUTBOXKIT_MONGOSH (.ci/run installs
+// it with npm and sets it), then PATH, then ~/.cache/outboxkit/mongosh.
+// Without it the test skips, or fails when OUTBOXKIT_REQUIRE_BACKENDS=1.
 func mongoshPath(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("OUTBOXKIT_MONGOSH"); p != "" {
@@ -48,7 +48,8 @@ func runMongosh(t *testing.T, mongosh, url, script string) {
 	if err := os.WriteFile(file, []byte(script), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Generous: mongosh (node) takes seconds to start on a busy machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, mongosh, "--quiet", "--norc", url, file).CombinedOutput()
 	if err != nil {
@@ -79,7 +80,7 @@ func TestMigrateSQLMongoshGivesARunnableDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	res, err := st.MessageEnqueue(ctx, outbox.MessageEnqueueParams{Messages: []outbox.Message{{Topic: "t", Payload: []byte(`{}`)}}})
 	if err != nil {
@@ -104,7 +105,7 @@ func TestMigrateSQLMongoshGivesARunnableDatabase(t *testing.T) {
 		t.Fatalf("Run on a database set up by mongosh returned at once: %v", err)
 	case <-published:
 	case <-ctx.Done():
-		t.Fatal("Run published nothing within a minute")
+		t.Fatal("Run published nothing within 3 minutes")
 	}
 	stop()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
