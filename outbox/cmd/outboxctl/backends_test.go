@@ -72,12 +72,7 @@ func newBackend(t *testing.T, kind string) backend {
 		if err != nil {
 			t.Fatal(err)
 		}
-		url := "mysql://" + cfg.User
-		if cfg.Passwd != "" {
-			url += ":" + cfg.Passwd
-		}
-		url += "@" + cfg.Addr + "/" + my.Name
-		return backend{kind: kind, args: []string{"--url", url}, objects: func() int {
+		return backend{kind: kind, args: []string{"--url", mysqlURL(cfg, my.Name)}, objects: func() int {
 			var n int
 			if err := my.DB.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = ?`, my.Name).Scan(&n); err != nil {
 				t.Fatal(err)
@@ -108,10 +103,18 @@ func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 	}
 }
 
-// openStore opens b's store as the CLI does, for a test to seed it.
-func openStore(t *testing.T, b backend) *target {
-	t.Helper()
-	var c conn
+// mysqlURL is the outboxctl URL of database db on the server of cfg.
+func mysqlURL(cfg *gomysql.Config, db string) string {
+	url := "mysql://" + cfg.User
+	if cfg.Passwd != "" {
+		url += ":" + cfg.Passwd
+	}
+	return url + "@" + cfg.Addr + "/" + db
+}
+
+// conn returns the connection flags of b, opening in mode.
+func (b backend) conn(mode openMode) conn {
+	c := conn{mode: mode}
 	for i := 0; i+1 < len(b.args); i += 2 {
 		switch b.args[i] {
 		case "--url":
@@ -120,6 +123,13 @@ func openStore(t *testing.T, b backend) *target {
 			c.schema = b.args[i+1]
 		}
 	}
+	return c
+}
+
+// openStore opens b's store as the CLI does, for a test to seed it.
+func openStore(t *testing.T, b backend) *target {
+	t.Helper()
+	c := b.conn(needSchema)
 	tg, err := c.open(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -68,6 +68,11 @@ func cmdStats(ctx context.Context, args []string, e env) error {
 	if *interval <= 0 {
 		return usagef("--interval must be positive")
 	}
+	if !*watch {
+		if err := onlyFlags(fs, "stats without --watch", "tenant"); err != nil {
+			return err
+		}
+	}
 	t, err := c.open(ctx)
 	if err != nil {
 		return err

@@ -156,13 +156,8 @@ func TestMigrateSQLMySQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := "mysql://" + cfg.User
-	if cfg.Passwd != "" {
-		url += ":" + cfg.Passwd
-	}
-	url += "@" + cfg.Addr + "/"
-	mustCtl(t, "migrate", "up", "--url", url+a.Name)
-	script := mustCtl(t, "migrate", "sql", "--url", url+b.Name)
+	mustCtl(t, "migrate", "up", "--url", mysqlURL(cfg, a.Name))
+	script := mustCtl(t, "migrate", "sql", "--url", mysqlURL(cfg, b.Name))
 	host, port, _ := strings.Cut(cfg.Addr, ":")
 	args := []string{"--protocol=TCP", "-h", host, "-P", port, "-u", cfg.User}
 	if cfg.Passwd != "" {

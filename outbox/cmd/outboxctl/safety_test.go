@@ -242,15 +242,7 @@ func TestShow(t *testing.T) {
 // knownMigrations returns the migrations outboxctl knows for b's store.
 func knownMigrations(t *testing.T, b backend) []migration {
 	t.Helper()
-	c := conn{mode: render}
-	for i := 0; i+1 < len(b.args); i += 2 {
-		switch b.args[i] {
-		case "--url":
-			c.url = b.args[i+1]
-		case "--schema":
-			c.schema = b.args[i+1]
-		}
-	}
+	c := b.conn(render)
 	tg, err := c.open(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -38,6 +38,7 @@ func TestEveryCommandRefusesStrayWords(t *testing.T) {
 		{"show", "--url", url, id, id},
 		{"stats", "--url", url, "stray"},
 		{"stats", "stray", "--url", url, "--watch", "--times", "1"},
+		{"stats", "--url", url, "--times", "2"}, // --times without --watch
 		{"cancel", "--url", url, "--status", "FAILED", "--all", "stray", "--yes"},
 		{"cancel", "--url", url, "--id", id, "--yes", "stray"},
 		{"prune", "--url", url, "--older-than", "1ns", "stray"},
