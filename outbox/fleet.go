@@ -82,9 +82,10 @@ type FleetConfig struct {
 	Publisher Publisher
 	// Processor is the configuration of every database's processor; its ID
 	// is replaced by "<ID>/<database>", and its Logger gets a "database"
-	// attribute. Its DrainTimeout defaults to LeaseTTL/4 and must not
-	// exceed it: a processor that stops because its lease is at risk must
-	// have drained before the lease can expire.
+	// attribute. Its Leader must be nil (the leases decide who serves).
+	// Its DrainTimeout defaults to LeaseTTL/4 and must not exceed it: a
+	// processor that stops because its lease is at risk must have drained
+	// before the lease can expire.
 	Processor Config
 	// Leaser is the coordination store (e.g. store/postgres's ShardLeaser).
 	Leaser ShardLeaser
@@ -201,6 +202,8 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 		return nil, invalid("FleetConfig.LeaseTTL", fmt.Sprintf("must be at least 100ms, got %s", cfg.LeaseTTL))
 	case cfg.MaxStoreCalls < 0:
 		return nil, invalid("FleetConfig.MaxStoreCalls", "must be positive")
+	case cfg.Processor.Leader != nil:
+		return nil, invalid("FleetConfig.Processor.Leader", "is set: the fleet's leases already give each database one instance at a time")
 	case cfg.Processor.DrainTimeout > cfg.LeaseTTL/4:
 		return nil, invalid("FleetConfig.Processor.DrainTimeout", fmt.Sprintf("(%s) must be at most LeaseTTL/4 (%s): "+
 			"a processor stopping because its lease is at risk must drain before the lease can expire", cfg.Processor.DrainTimeout, cfg.LeaseTTL/4))

@@ -14,6 +14,10 @@ import (
 // fleet's behaviour is tested against PostgreSQL (store/postgres).
 type nopLeaser struct{ outbox.ShardLeaser }
 
+type alwaysLeader struct{}
+
+func (alwaysLeader) IsLeader() bool { return true }
+
 func TestNewFleetValidates(t *testing.T) {
 	t.Parallel()
 	valid := func() outbox.FleetConfig {
@@ -37,6 +41,7 @@ func TestNewFleetValidates(t *testing.T) {
 		{"drain outlives the lease", "FleetConfig.Processor.DrainTimeout", func(c *outbox.FleetConfig) {
 			c.LeaseTTL, c.Processor.DrainTimeout = 4*time.Second, 2*time.Second
 		}},
+		{"a leader", "FleetConfig.Processor.Leader", func(c *outbox.FleetConfig) { c.Processor.Leader = alwaysLeader{} }},
 		{"invalid processor config", "Config.PollInterval", func(c *outbox.FleetConfig) { c.Processor.PollInterval = -time.Second }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -77,13 +77,7 @@ func TestFleetChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	leaser, err := postgres.NewShardLeaser(admin, postgres.ShardLeaserOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := leaser.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	leaser := migratedLeaser(ctx, t, admin, "public")
 	dbs := make([]string, nDBs)
 	outboxes := make([]*outbox.Outbox[pgx.Tx], nDBs)
 	setupStart := time.Now()

@@ -141,6 +141,19 @@ func (d *deadLeaser) ShardRenew(ctx context.Context, p outbox.ShardRenewParams) 
 	return d.ShardLeaser.ShardRenew(ctx, p)
 }
 
+// migratedLeaser returns a ShardLeaser with its tables in schema.
+func migratedLeaser(ctx context.Context, t *testing.T, db postgres.DB, schema string) *postgres.ShardLeaser {
+	t.Helper()
+	leaser, err := postgres.NewShardLeaser(db, postgres.ShardLeaserOptions{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leaser.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return leaser
+}
+
 // waitShares waits until the fleets serve exactly want databases each (in
 // order), and returns how long that took.
 func waitShares(t *testing.T, what string, timeout time.Duration, fleets []*outbox.Fleet, want ...int) time.Duration {
@@ -176,13 +189,7 @@ func TestFleet(t *testing.T) {
 	pg := testbackend.Postgres(t, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	leaser, err := postgres.NewShardLeaser(pg.Pool, postgres.ShardLeaserOptions{Schema: pg.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := leaser.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	leaser := migratedLeaser(ctx, t, pg.Pool, pg.Name)
 	var dbs []string
 	outboxes := map[string]*outbox.Outbox[pgx.Tx]{}
 	for i := range 8 {
@@ -359,13 +366,7 @@ func TestFleetFollowsDatabaseList(t *testing.T) {
 	pg := testbackend.Postgres(t, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	leaser, err := postgres.NewShardLeaser(pg.Pool, postgres.ShardLeaserOptions{Schema: pg.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := leaser.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	leaser := migratedLeaser(ctx, t, pg.Pool, pg.Name)
 	var mu sync.Mutex
 	listed := []string{pg.Name + "_x", pg.Name + "_y"}
 	f, err := outbox.NewFleet(outbox.FleetConfig{
