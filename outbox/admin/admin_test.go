@@ -44,7 +44,7 @@ func authorize(r *http.Request) error {
 // messages, and serves the admin handler under /ops/.
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	t.Cleanup(cancel)
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "admin.db"), sqlite.Options{})
 	if err != nil {

@@ -35,7 +35,7 @@ func newTab(t *testing.T, browserCtx context.Context, fastTimers bool) *tab {
 	t.Helper()
 	ctx, cancel := chromedp.NewContext(browserCtx)
 	t.Cleanup(cancel)
-	ctx, cancelT := context.WithTimeout(ctx, 120*time.Second)
+	ctx, cancelT := context.WithTimeout(ctx, 3*time.Minute)
 	t.Cleanup(cancelT)
 	tb := &tab{t: t, ctx: ctx}
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1366, 768)); err != nil {
@@ -92,7 +92,7 @@ func (tb *tab) click(sel string) {
 // wait waits until the JavaScript expression js is true.
 func (tb *tab) wait(what, js string) {
 	tb.t.Helper()
-	if _, err := chromedp.Run(tb.ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(15*time.Second))); err != nil {
+	if _, err := chromedp.Run(tb.ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
 		tb.t.Fatalf("chromium: %s: waiting for %s: %v", what, js, err)
 	}
 }

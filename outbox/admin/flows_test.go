@@ -107,7 +107,7 @@ func seedConsole(t *testing.T, ctx context.Context, st adminStore, enqueue func(
 // shared Chromium, on SQLite and on PostgreSQL.
 func TestConsoleFlowsInChromium(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	bctx := sharedBrowser(t)
 

@@ -21,7 +21,7 @@ import (
 func pgStore(t *testing.T) (testbackend.PostgresSchema, *postgres.Store, context.Context) {
 	t.Helper()
 	pg := testbackend.Postgres(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	t.Cleanup(cancel)
 	st, err := postgres.New(pg.Pool, postgres.Options{Schema: pg.Name})
 	if err != nil {
