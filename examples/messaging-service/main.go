@@ -16,10 +16,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,6 +30,7 @@ import (
 
 	"github.com/outboxkit/outboxkit/examples/messaging-service/fakewa"
 	"github.com/outboxkit/outboxkit/examples/messaging-service/service"
+	"github.com/outboxkit/outboxkit/whatsapp"
 )
 
 func main() {
@@ -41,6 +45,63 @@ func main() {
 type options struct {
 	addr, store, dsn, pgSchema, orgsFile, graphURL, graphVersion, redisAddr, logFormat, adminToken string
 	quotaPerDay                                                                                    int64
+
+	// The processor (the seed's outbound.worker.* settings).
+	pollInterval, staleTimeout, drainTimeout time.Duration
+	batchSize, maxAttempts                   int
+	backoff                                  []time.Duration
+	errorClasses                             map[int]whatsapp.ErrorClass
+	metrics                                  bool
+}
+
+// durationList is a flag of comma-separated durations ("1m,5m,15m").
+type durationList struct{ d *[]time.Duration }
+
+func (l durationList) String() string {
+	if l.d == nil {
+		return ""
+	}
+	var s []string
+	for _, d := range *l.d {
+		s = append(s, d.String())
+	}
+	return strings.Join(s, ",")
+}
+
+func (l durationList) Set(v string) error {
+	var out []time.Duration
+	for _, f := range strings.Split(v, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d <= 0 {
+			return fmt.Errorf("%q is not a positive duration (e.g. 1m,5m,15m,1h,6h)", f)
+		}
+		out = append(out, d)
+	}
+	*l.d = out
+	return nil
+}
+
+// errorClassFlag is -error-classes ("131026=retryable,133004=permanent").
+type errorClassFlag struct{ m *map[int]whatsapp.ErrorClass }
+
+func (f errorClassFlag) String() string {
+	if f.m == nil {
+		return ""
+	}
+	var s []string
+	for _, c := range slices.Sorted(maps.Keys(*f.m)) {
+		s = append(s, fmt.Sprintf("%d=%s", c, (*f.m)[c]))
+	}
+	return strings.Join(s, ",")
+}
+
+func (f errorClassFlag) Set(v string) error {
+	m, err := whatsapp.ParseErrorClasses(v)
+	if err != nil {
+		return err
+	}
+	*f.m = m
+	return nil
 }
 
 func parse(args []string, getenv func(string) string, out io.Writer) (options, error) {
@@ -55,7 +116,7 @@ func parse(args []string, getenv func(string) string, out io.Writer) (options, e
 	var o options
 	fs.StringVar(&o.addr, "addr", env("MSGSVC_ADDR", "127.0.0.1:8080"), "listen address (MSGSVC_ADDR)")
 	fs.StringVar(&o.store, "store", env("MSGSVC_STORE", "sqlite"), "sqlite, postgres or mysql (MSGSVC_STORE)")
-	fs.StringVar(&o.dsn, "dsn", env("MSGSVC_DSN", ""), "database: SQLite file (default messaging-service.db), PostgreSQL URL or MySQL DSN (MSGSVC_DSN)")
+	fs.StringVar(&o.dsn, "dsn", env("MSGSVC_DSN", ""), "database: SQLite file (default: messaging-service.db in the user's cache directory, $XDG_CACHE_HOME/outboxkit), PostgreSQL URL or MySQL DSN (MSGSVC_DSN)")
 	fs.StringVar(&o.pgSchema, "pg-schema", env("MSGSVC_PG_SCHEMA", "public"), "PostgreSQL schema (MSGSVC_PG_SCHEMA)")
 	fs.StringVar(&o.orgsFile, "orgs", env("MSGSVC_ORGS_FILE", ""), "JSON file of organisations: API keys and WhatsApp credentials (MSGSVC_ORGS_FILE); empty: demo organisations")
 	fs.StringVar(&o.graphURL, "graph-url", env("MSGSVC_GRAPH_URL", ""), "WhatsApp Cloud API root, e.g. https://graph.facebook.com (MSGSVC_GRAPH_URL); empty: the built-in fake")
@@ -68,6 +129,59 @@ func parse(args []string, getenv func(string) string, out io.Writer) (options, e
 	fs.Int64Var(&o.quotaPerDay, "quota-per-day", quota, "WhatsApp messages per organisation per 24 hours (MSGSVC_QUOTA_PER_DAY); 0: 1000")
 	fs.StringVar(&o.logFormat, "log-format", env("MSGSVC_LOG_FORMAT", "text"), "text or json (MSGSVC_LOG_FORMAT)")
 	fs.StringVar(&o.adminToken, "admin-token", env("MSGSVC_ADMIN_TOKEN", ""), "serve the outbox admin API and dashboard under /admin/ to this token, at least 16 characters (MSGSVC_ADMIN_TOKEN; prefer the variable: a flag shows in the process list); empty: not served, or the demo token in demo mode")
+	// The processor's settings: defaults are the service's (the seeds').
+	var envErr error
+	durEnv := func(k string) time.Duration {
+		v := getenv(k)
+		if v == "" {
+			return 0
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			envErr = errors.Join(envErr, fmt.Errorf("%s must be a positive duration such as 500ms or 2m", k))
+		}
+		return d
+	}
+	intEnv := func(k string) int {
+		v := getenv(k)
+		if v == "" {
+			return 0
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			envErr = errors.Join(envErr, fmt.Errorf("%s must be a positive integer", k))
+		}
+		return n
+	}
+	fs.DurationVar(&o.pollInterval, "poll-interval", durEnv("MSGSVC_POLL_INTERVAL"), "the processor's longest wait between claims; new messages wake it at once (MSGSVC_POLL_INTERVAL; seed poll-interval-ms); 0: 1s")
+	fs.IntVar(&o.batchSize, "batch-size", intEnv("MSGSVC_BATCH_SIZE"), "most messages claimed at once (MSGSVC_BATCH_SIZE; seed batch-size); 0: 500")
+	fs.IntVar(&o.maxAttempts, "max-attempts", intEnv("MSGSVC_MAX_ATTEMPTS"), "publish attempts before a message is FAILED (MSGSVC_MAX_ATTEMPTS; seed maxAttempts); 0: 5")
+	if v := getenv("MSGSVC_BACKOFF"); v != "" {
+		if err := (durationList{&o.backoff}).Set(v); err != nil {
+			envErr = errors.Join(envErr, fmt.Errorf("MSGSVC_BACKOFF: %w", err))
+		}
+	}
+	fs.Var(durationList{&o.backoff}, "backoff", "retry delays after each failed attempt, comma-separated, the last repeating (MSGSVC_BACKOFF; seed BACKOFF_MINUTES); default 1m,5m,15m,1h,6h")
+	fs.DurationVar(&o.staleTimeout, "stale-timeout", durEnv("MSGSVC_STALE_TIMEOUT"), "lease after which a message SENDING in a dead processor is QUEUED again (MSGSVC_STALE_TIMEOUT; seed stale recovery); 0: 10m")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", durEnv("MSGSVC_DRAIN_TIMEOUT"), "at shutdown, how long in-flight sends may finish; shorter than -stale-timeout (MSGSVC_DRAIN_TIMEOUT); 0: 10s")
+	if v := getenv("MSGSVC_ERROR_CLASSES"); v != "" {
+		if err := (errorClassFlag{&o.errorClasses}).Set(v); err != nil {
+			envErr = errors.Join(envErr, fmt.Errorf("MSGSVC_ERROR_CLASSES: %w", err))
+		}
+	}
+	fs.Var(errorClassFlag{&o.errorClasses}, "error-classes", "override WhatsApp error codes' class, e.g. 131026=retryable,133004=permanent (MSGSVC_ERROR_CLASSES)")
+	metricsDefault := true
+	if v := getenv("MSGSVC_METRICS"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			envErr = errors.Join(envErr, errors.New("MSGSVC_METRICS must be true or false"))
+		}
+		metricsDefault = b
+	}
+	fs.BoolVar(&o.metrics, "metrics", metricsDefault, "serve Prometheus metrics at /metrics (MSGSVC_METRICS)")
+	if envErr != nil {
+		return o, envErr
+	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -76,6 +190,12 @@ func parse(args []string, getenv func(string) string, out io.Writer) (options, e
 	}
 	if o.quotaPerDay < 0 {
 		return o, fmt.Errorf("-quota-per-day must not be negative")
+	}
+	if o.pollInterval < 0 || o.staleTimeout < 0 || o.drainTimeout < 0 {
+		return o, errors.New("-poll-interval, -stale-timeout and -drain-timeout must not be negative")
+	}
+	if o.batchSize < 0 || o.maxAttempts < 0 {
+		return o, errors.New("-batch-size and -max-attempts must not be negative")
 	}
 	if o.logFormat != "text" && o.logFormat != "json" {
 		return o, fmt.Errorf("-log-format must be text or json")
@@ -122,8 +242,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 	base := "http://" + ln.Addr().String()
 
+	if o.dsn == "" && (o.store == "" || o.store == "sqlite") {
+		// Not the working directory: a run from a source checkout would
+		// leave its database there.
+		o.dsn = service.DefaultSQLitePath()
+		if x := getenv("XDG_CACHE_HOME"); x != "" {
+			o.dsn = filepath.Join(x, "outboxkit", "messaging-service.db")
+		}
+		if err := os.MkdirAll(filepath.Dir(o.dsn), 0o700); err != nil {
+			return err
+		}
+		log.Info("SQLite database", "path", o.dsn)
+	}
 	cfg := service.Config{Store: o.store, DSN: o.dsn, PostgresSchema: o.pgSchema, GraphBaseURL: o.graphURL,
-		GraphAPIVersion: o.graphVersion, RedisAddr: o.redisAddr, QuotaPerDay: o.quotaPerDay, Logger: log, AdminToken: o.adminToken}
+		GraphAPIVersion: o.graphVersion, RedisAddr: o.redisAddr, QuotaPerDay: o.quotaPerDay, Logger: log, AdminToken: o.adminToken,
+		PollInterval: o.pollInterval, BatchSize: o.batchSize, MaxAttempts: o.maxAttempts, Backoff: o.backoff,
+		ProcessingTimeout: o.staleTimeout, DrainTimeout: o.drainTimeout, ErrorClasses: o.errorClasses, DisableMetrics: !o.metrics}
 	demo := o.orgsFile == ""
 	if demo && cfg.AdminToken == "" {
 		cfg.AdminToken = demoAdminToken

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -26,7 +28,16 @@ type route struct {
 }
 
 // WebhookPath is where Meta (or the fake Cloud API) posts notifications.
+// The organisation of a notification is the one its phone number ID
+// belongs to; Meta's GET verification names it with the "tenant" query
+// parameter or the X-Org-Id header.
 const WebhookPath = "/api/v1/webhooks/whatsapp/inbound"
+
+// OrgWebhookPath is one organisation's callback URL: WebhookPath followed
+// by the organisation's ID, which Meta can call as is (its verification GET
+// carries no header of ours). A notification posted there must be the
+// organisation's own (403 otherwise).
+func OrgWebhookPath(org string) string { return WebhookPath + "/" + url.PathEscape(org) }
 
 var apiRoutes = []route{
 	{"POST", "/api/v1/outbound/messages", true, (*Service).createMessage},
@@ -36,6 +47,7 @@ var apiRoutes = []route{
 	{"POST", "/api/v1/outbound/messages/{id}/retry", true, (*Service).retryMessage},
 	{"GET", "/api/v1/outbound/messages/{id}/audit-events", true, (*Service).messageAudit},
 	{"GET", "/api/v1/outbound/messages/{id}/activities", true, (*Service).messageActivities},
+	{"GET", "/api/v1/outbound/messages/{id}/attempts", true, (*Service).messageAttempts},
 	{"GET", "/api/v1/outbound/stats", true, (*Service).stats},
 	{"POST", "/api/v1/dossiers/{dossierId}/consents", true, (*Service).recordConsent},
 	{"GET", "/api/v1/dossiers/{dossierId}/consents", true, (*Service).listConsents},
@@ -43,6 +55,9 @@ var apiRoutes = []route{
 	{"GET", "/api/v1/dossiers/{dossierId}/activities", true, (*Service).dossierActivities},
 	{"GET", WebhookPath, false, nil},
 	{"POST", WebhookPath, false, nil},
+	{"GET", WebhookPath + "/{orgId}", false, nil},
+	{"POST", WebhookPath + "/{orgId}", false, nil},
+	{"GET", MetricsPath, false, (*Service).serveMetrics},
 	{"GET", "/api/v1/openapi.json", false, func(_ *Service, w http.ResponseWriter, _ *http.Request, _ string) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
@@ -58,7 +73,7 @@ func (s *Service) routes() *http.ServeMux {
 	for _, rt := range apiRoutes {
 		pattern := rt.method + " " + rt.path
 		if rt.h == nil {
-			mux.Handle(pattern, s.webhook)
+			mux.Handle(pattern, http.HandlerFunc(s.serveWebhook))
 			continue
 		}
 		h := rt.h
@@ -87,6 +102,19 @@ func (s *Service) routes() *http.ServeMux {
 		writeError(w, http.StatusNotFound, "not_found", "no such endpoint")
 	})
 	return mux
+}
+
+// serveWebhook hands a request to the WhatsApp webhook. On an
+// organisation's own URL (OrgWebhookPath) the organisation in the path is
+// the request's X-Org-Id, whatever the header said: the GET verification
+// checks that organisation's verify token, and a POST whose notification
+// belongs to another organisation is refused (403).
+func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
+	if org := r.PathValue("orgId"); org != "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("X-Org-Id", org)
+	}
+	s.webhook.ServeHTTP(w, r)
 }
 
 // apiError is the error body of every failed API call.
@@ -209,22 +237,27 @@ type createRequest struct {
 	IdempotencyKey string          `json:"idempotencyKey"`
 }
 
+// decodeBody reads a JSON body of at most limit bytes into v. It refuses
+// a body that is not UTF-8: encoding/json would store each invalid byte as
+// U+FFFD, and the caller would get back something it never sent.
 func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
-	r.Body = http.MaxBytesReader(w, r.Body, limit)
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return &apiError{http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("the body exceeds %d bytes", limit)}
 		}
+		return bad("invalid_body", "the body could not be read")
+	}
+	if !utf8.Valid(body) {
+		return bad("invalid_json", "the body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
 		return bad("invalid_json", "invalid JSON body: %v", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return &apiError{http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("the body exceeds %d bytes", limit)}
-		}
 		return bad("invalid_json", "invalid JSON body: more than one JSON value")
 	}
 	return nil
@@ -290,8 +323,8 @@ func (s *Service) createMessage(w http.ResponseWriter, r *http.Request, org stri
 		m := res[0].Message
 		meta.ID, meta.CreatedAt = m.ID, m.CreatedAt
 		if _, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO msgsvc_messages
-			(id, org_id, idempotency_key, dossier_id, channel, to_recipient, template_code, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
-			m.ID, org, m.IdempotencyKey, meta.DossierID, meta.Channel, meta.To, meta.TemplateCode, micros(m.CreatedAt)); err != nil {
+			(id, org_id, idempotency_key, dossier_id, channel, to_recipient, template_code, subject, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			m.ID, org, m.IdempotencyKey, meta.DossierID, meta.Channel, meta.To, meta.TemplateCode, meta.Subject, micros(m.CreatedAt)); err != nil {
 			return err
 		}
 		return s.audit(ctx, tx, org, "OUTBOUND_MESSAGE", m.ID, "CREATED",
@@ -342,6 +375,9 @@ func (s *Service) validateCreate(r *http.Request, org string, req *createRequest
 	if req.TemplateCode != "" && (!validKey(req.TemplateCode) || len(req.TemplateCode) > 512) {
 		return zero, messageMeta{}, bad("invalid_template", "templateCode is invalid")
 	}
+	if req.Subject != "" && (!validKey(req.Subject) || utf8.RuneCountInString(req.Subject) > maxSubject) {
+		return zero, messageMeta{}, bad("invalid_subject", "subject must be at most %d characters without control characters", maxSubject)
+	}
 	var payload map[string]any
 	if len(req.PayloadJSON) > 0 && string(req.PayloadJSON) != "null" {
 		if err := json.Unmarshal(req.PayloadJSON, &payload); err != nil {
@@ -385,8 +421,11 @@ func (s *Service) validateCreate(r *http.Request, org string, req *createRequest
 		Headers:        map[string]string{"dossier-id": dossier, "channel": ch},
 		MaxAttempts:    s.cfg.MaxAttempts,
 	}
-	return m, messageMeta{OrgID: org, DossierID: *req.DossierID, Channel: ch, To: to, TemplateCode: req.TemplateCode}, nil
+	return m, messageMeta{OrgID: org, DossierID: *req.DossierID, Channel: ch, To: to, TemplateCode: req.TemplateCode, Subject: req.Subject}, nil
 }
+
+// maxSubject is the longest subject, in characters.
+const maxSubject = 255
 
 func cmpOr(a, b string) string {
 	if a != "" {
@@ -453,15 +492,16 @@ type messageMeta struct {
 	Channel      string
 	To           string
 	TemplateCode string
+	Subject      string
 	CreatedAt    time.Time
 }
 
-const metaCols = "id, org_id, dossier_id, channel, to_recipient, template_code, created_at"
+const metaCols = "id, org_id, dossier_id, channel, to_recipient, template_code, subject, created_at"
 
 func scanMeta(sc interface{ Scan(...any) error }) (messageMeta, error) {
 	var m messageMeta
 	var created int64
-	err := sc.Scan(&m.ID, &m.OrgID, &m.DossierID, &m.Channel, &m.To, &m.TemplateCode, &created)
+	err := sc.Scan(&m.ID, &m.OrgID, &m.DossierID, &m.Channel, &m.To, &m.TemplateCode, &m.Subject, &created)
 	m.CreatedAt = fromMicros(created)
 	return m, err
 }
@@ -858,6 +898,24 @@ func (s *Service) messageActivities(w http.ResponseWriter, r *http.Request, org 
 		return
 	}
 	s.activityList(w, r, "org_id = ? AND message_id = ?", org, v.ID)
+}
+
+func (s *Service) messageAttempts(w http.ResponseWriter, r *http.Request, org string) {
+	v, err := s.message(r.Context(), org, r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	as, err := s.store.AttemptList(r.Context(), outbox.AttemptListParams{Tenant: org, MessageID: v.ID})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := make([]attemptView, 0, len(as))
+	for _, a := range as {
+		out = append(out, viewAttempt(a))
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Service) dossierAudit(w http.ResponseWriter, r *http.Request, org string) {

@@ -61,7 +61,7 @@ func (d dialect) schema() []string {
 		// triggers' join on the index.
 		msgID = "VARBINARY(255)"
 	}
-	r := strings.NewReplacer("{key}", key, "{text}", text, "{autoid}", autoID, "{msgid}", msgID)
+	r := strings.NewReplacer("{key}", key, "{text}", text, "{autoid}", autoID, "{msgid}", msgID, "{subject}", d.subjectType())
 	tables := []string{
 		`CREATE TABLE IF NOT EXISTS msgsvc_api_keys (
 			key_hash   CHAR(64) NOT NULL PRIMARY KEY,
@@ -77,6 +77,7 @@ func (d dialect) schema() []string {
 			channel         VARCHAR(16) NOT NULL,
 			to_recipient    VARCHAR(64) NOT NULL,
 			template_code   {key} NOT NULL,
+			subject         {subject} NOT NULL DEFAULT '',
 			created_at      BIGINT NOT NULL,
 			UNIQUE (org_id, idempotency_key))`,
 		`CREATE TABLE IF NOT EXISTS msgsvc_consents (
@@ -121,6 +122,15 @@ func (d dialect) schema() []string {
 	return append(out, d.triggers()...)
 }
 
+// subjectType is the type of msgsvc_messages.subject (at most maxSubject
+// characters).
+func (d dialect) subjectType() string {
+	if d.name == "mysql" {
+		return "VARCHAR(255) CHARACTER SET utf8mb4"
+	}
+	return "VARCHAR(255)"
+}
+
 // The audit trail of the processor's and the webhook's state changes is
 // written by triggers on the outbox table, so each audit row and activity
 // commits in the same transaction as the change it describes, whichever
@@ -131,6 +141,7 @@ func (d dialect) schema() []string {
 //	-> DELIVERED             audit UPDATED,   activity MESSAGE_STATUS_UPDATE (delivered)
 //	read_at set              audit UPDATED,   activity MESSAGE_STATUS_UPDATE (read)
 //	FAILED -> PENDING        audit REQUEUED
+//	-> CANCELLED             audit CANCELLED  (an operator's cancel, e.g. from the admin API)
 //
 // Only rows with a msgsvc_messages row (messages of this service) are
 // audited. CREATED and BLOCKED_BY_POLICY are written by the API in its own
@@ -172,6 +183,9 @@ BEGIN
 	ELSIF NEW.status = 'PENDING' AND OLD.status = 'FAILED' THEN
 		INSERT INTO msgsvc_audit_events (org_id, entity_type, entity_id, action, details, created_at)
 		VALUES (m.org_id, 'OUTBOUND_MESSAGE', m.id, 'REQUEUED', 'Failed message requeued for retry', ts);
+	ELSIF NEW.status = 'CANCELLED' AND OLD.status <> 'CANCELLED' THEN
+		INSERT INTO msgsvc_audit_events (org_id, entity_type, entity_id, action, details, created_at)
+		VALUES (m.org_id, 'OUTBOUND_MESSAGE', m.id, 'CANCELLED', 'Message cancelled (was ' || OLD.status || ')', ts);
 	END IF;
 	IF NEW.read_at IS NOT NULL AND OLD.read_at IS NULL THEN
 		INSERT INTO msgsvc_audit_events (org_id, entity_type, entity_id, action, details, created_at)
@@ -184,7 +198,7 @@ BEGIN
 END $$`,
 			`DROP TRIGGER IF EXISTS msgsvc_audit ON ` + t,
 			`CREATE TRIGGER msgsvc_audit AFTER UPDATE ON ` + t + ` FOR EACH ROW
-	WHEN (NEW.status IN ('SENT', 'DELIVERED', 'FAILED') AND OLD.status IS DISTINCT FROM NEW.status
+	WHEN (NEW.status IN ('SENT', 'DELIVERED', 'FAILED', 'CANCELLED') AND OLD.status IS DISTINCT FROM NEW.status
 		OR OLD.status = 'FAILED' AND NEW.status = 'PENDING'
 		OR OLD.read_at IS NULL AND NEW.read_at IS NOT NULL)
 	EXECUTE FUNCTION msgsvc_audit_outbox()`,
@@ -218,6 +232,8 @@ BEGIN
 		` + act("MESSAGE_STATUS_UPDATE", `JSON_OBJECT(`+id+`, `+pid+`, 'status', 'delivered', 'channel', m.channel)`) + `
 	ELSEIF NEW.status = 'PENDING' AND OLD.status = 'FAILED' THEN
 		` + ins("REQUEUED", `'Failed message requeued for retry'`) + `
+	ELSEIF NEW.status = 'CANCELLED' AND OLD.status <> 'CANCELLED' THEN
+		` + ins("CANCELLED", `CONCAT('Message cancelled (was ', OLD.status, ')')`) + `
 	END IF;
 	IF NEW.read_at IS NOT NULL AND OLD.read_at IS NULL THEN
 		` + ins("UPDATED", `'Delivery status updated to: read'`) + `
@@ -252,6 +268,8 @@ END`,
 					act("MESSAGE_STATUS_UPDATE", `json_object('outboundMessageId', m.id, 'providerMessageId', NEW.provider_message_id, 'status', 'delivered', 'channel', m.channel)`)),
 			trig("requeued", `NEW.status = 'PENDING' AND OLD.status = 'FAILED'`,
 				ins("REQUEUED", `'Failed message requeued for retry'`)),
+			trig("cancelled", `NEW.status = 'CANCELLED' AND OLD.status <> 'CANCELLED'`,
+				ins("CANCELLED", `'Message cancelled (was ' || OLD.status || ')'`)),
 			trig("read", `NEW.read_at IS NOT NULL AND OLD.read_at IS NULL`,
 				ins("UPDATED", `'Delivery status updated to: read'`)+
 					act("MESSAGE_STATUS_UPDATE", `json_object('outboundMessageId', m.id, 'providerMessageId', NEW.provider_message_id, 'status', 'read', 'channel', m.channel)`)),
@@ -266,6 +284,37 @@ func (d dialect) migrate(ctx context.Context, db *sql.DB) error {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("migrate: %w (statement: %.80s)", err, stmt)
 		}
+	}
+	// Columns added since the first version of the tables.
+	return d.addColumn(ctx, db, "msgsvc_messages", "subject", d.subjectType()+" NOT NULL DEFAULT ''")
+}
+
+// addColumn adds a column to a table made before it existed. Two
+// processes may race here: the loser's ALTER fails, and it looks again.
+func (d dialect) addColumn(ctx context.Context, db *sql.DB, table, column, def string) error {
+	has := func() (bool, error) {
+		var q string
+		switch d.name {
+		case "postgres":
+			q = "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 AND column_name = $2"
+		case "mysql":
+			q = "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?"
+		default:
+			q = "SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?"
+		}
+		var n int
+		err := db.QueryRowContext(ctx, q, table, column).Scan(&n)
+		return n > 0, err
+	}
+	ok, err := has()
+	if err != nil || ok {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN "+column+" "+def); err != nil {
+		if ok, err2 := has(); err2 == nil && ok {
+			return nil
+		}
+		return fmt.Errorf("migrate: add %s.%s: %w", table, column, err)
 	}
 	return nil
 }

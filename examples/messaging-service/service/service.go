@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sync"
 	"sync/atomic"
@@ -24,8 +26,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/outboxkit/outboxkit/outbox"
+	outboxotel "github.com/outboxkit/outboxkit/outbox/otel"
 	"github.com/outboxkit/outboxkit/store/mysql"
 	"github.com/outboxkit/outboxkit/store/postgres"
 	"github.com/outboxkit/outboxkit/store/sqlite"
@@ -54,8 +58,8 @@ type Org struct {
 type Config struct {
 	// Store is "sqlite" (default), "postgres" or "mysql".
 	Store string
-	// DSN is the database: a file name for SQLite (default
-	// "messaging-service.db"), a PostgreSQL URL, or a MySQL DSN.
+	// DSN is the database: a file name for SQLite (defaults to
+	// DefaultSQLitePath()), a PostgreSQL URL, or a MySQL DSN.
 	DSN string
 	// PostgresSchema holds the tables on PostgreSQL. Defaults to "public".
 	PostgresSchema string
@@ -86,6 +90,10 @@ type Config struct {
 	// PollInterval is the processor's longest wait between claims (new
 	// messages wake it at once). Defaults to 1 s.
 	PollInterval time.Duration
+	// BatchSize is the most messages the processor claims at once (the
+	// seed's outbound.worker.batch-size). Defaults to outbox's default
+	// (500).
+	BatchSize int
 	// ProcessingTimeout is the lease after which a message whose processor
 	// died is recovered (the seed's stale SENDING recovery). Defaults to
 	// 10 min.
@@ -100,6 +108,13 @@ type Config struct {
 	// MaxBodyBytes limits API request bodies (413 beyond). Defaults to
 	// 256 KiB.
 	MaxBodyBytes int64
+	// ErrorClasses overrides the class (retryable or permanent) of WhatsApp
+	// error codes for this deployment (whatsapp.Config.ErrorClasses).
+	ErrorClasses map[int]whatsapp.ErrorClass
+	// DisableMetrics stops serving MetricsPath. By default the Prometheus
+	// metrics (the outbox's, from outbox/otel, and the HTTP server's) are
+	// served there.
+	DisableMetrics bool
 	// Logger receives structured logs. Defaults to discarding them.
 	Logger *slog.Logger
 	// AdminToken, when set, serves outboxkit's admin API and dashboard
@@ -113,6 +128,23 @@ type Config struct {
 // Config.AdminToken is set.
 const AdminPath = "/admin/"
 
+// MetricsPath is where the Prometheus metrics are served (unless
+// Config.DisableMetrics).
+const MetricsPath = "/metrics"
+
+// DefaultSQLitePath is the SQLite file used when no DSN is given:
+// messaging-service.db in the user's cache directory
+// ($XDG_CACHE_HOME/outboxkit, ~/.cache/outboxkit on Linux), or in the
+// temporary directory when there is none, so that a run from a source
+// checkout leaves no database file in it.
+func DefaultSQLitePath() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, "outboxkit", "messaging-service.db")
+}
+
 var pgSchemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
 func (c *Config) defaults() error {
@@ -122,7 +154,10 @@ func (c *Config) defaults() error {
 	switch c.Store {
 	case "sqlite":
 		if c.DSN == "" {
-			c.DSN = "messaging-service.db"
+			c.DSN = DefaultSQLitePath()
+			if err := os.MkdirAll(filepath.Dir(c.DSN), 0o700); err != nil {
+				return fmt.Errorf("config: the default SQLite directory: %w", err)
+			}
 		}
 	case "postgres", "mysql":
 		if c.DSN == "" {
@@ -179,6 +214,17 @@ func (c *Config) defaults() error {
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 5
 	}
+	if c.MaxAttempts > outbox.MaxAttemptsLimit {
+		return fmt.Errorf("config: max attempts %d is above %d", c.MaxAttempts, outbox.MaxAttemptsLimit)
+	}
+	if c.BatchSize < 0 {
+		return errors.New("config: the batch size must not be negative")
+	}
+	for _, d := range c.Backoff {
+		if d <= 0 {
+			return errors.New("config: every backoff step must be positive")
+		}
+	}
 	if len(c.Backoff) == 0 {
 		c.Backoff = []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute, time.Hour, 6 * time.Hour}
 	}
@@ -194,6 +240,9 @@ func (c *Config) defaults() error {
 	if c.DrainTimeout <= 0 {
 		// Inside the lease (outbox.Config refuses a drain that outlives it).
 		c.DrainTimeout = min(10*time.Second, c.ProcessingTimeout/2)
+	}
+	if c.DrainTimeout >= c.ProcessingTimeout {
+		return fmt.Errorf("config: the drain timeout (%s) must be shorter than the stale (processing) timeout (%s)", c.DrainTimeout, c.ProcessingTimeout)
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 256 << 10
@@ -219,6 +268,10 @@ type Service struct {
 	publisher *whatsapp.Publisher
 	webhook   *whatsapp.Webhook
 	mux       *http.ServeMux
+	handler   http.Handler // mux, measured
+	tel       *outboxotel.Telemetry
+	mp        *sdkmetric.MeterProvider
+	metrics   http.Handler
 
 	keys sync.Map // key hash -> cachedKey (only keys found in the table)
 
@@ -273,13 +326,17 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		}
 		state = st
 	}
+	if err := s.setupMetrics(); err != nil {
+		return nil, err
+	}
 	pub, err := whatsapp.NewPublisher(whatsapp.Config{
-		Credentials: creds,
-		BaseURL:     cfg.GraphBaseURL,
-		APIVersion:  cfg.GraphAPIVersion,
-		Windows:     state,
-		Quotas:      state,
-		Logger:      s.log,
+		Credentials:  creds,
+		BaseURL:      cfg.GraphBaseURL,
+		APIVersion:   cfg.GraphAPIVersion,
+		Windows:      state,
+		Quotas:       state,
+		ErrorClasses: cfg.ErrorClasses,
+		Logger:       s.log,
 	})
 	if err != nil {
 		return nil, err
@@ -290,7 +347,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		Receipts:    s.store,
 		Windows:     state,
 		Dedup:       state,
-		Observer:    logObserver{log: s.log},
+		Observer:    s.observer(),
 		Logger:      s.log,
 		OnInbound: func(_ context.Context, m whatsapp.InboundMessage) error {
 			s.log.Info("inbound WhatsApp message: 24-hour window open", "org", m.Tenant, "type", m.Type)
@@ -301,8 +358,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.webhook = hook
-	s.ob = outbox.New(s.enqueuer(), outbox.Options{Policy: consentPolicy{s: s}})
+	s.ob = outbox.New(s.enqueuer(), outbox.Options{Policy: consentPolicy{s: s}, Observer: s.observer()})
 	s.mux = s.routes()
+	s.handler = s.measure(s.mux)
 	if cfg.AdminToken != "" {
 		if err := s.mountAdmin(); err != nil {
 			return nil, err
@@ -443,20 +501,22 @@ func (s *Service) storeAPIKeys(ctx context.Context) error {
 	return nil
 }
 
-// Handler returns the service's HTTP handler (API, webhook, health).
-func (s *Service) Handler() http.Handler { return s.mux }
+// Handler returns the service's HTTP handler (API, webhook, health,
+// metrics, and the admin API when configured).
+func (s *Service) Handler() http.Handler { return s.handler }
 
 // RunProcessor publishes queued messages until ctx ends, then lets in-flight
 // sends finish (DrainTimeout) and returns.
 func (s *Service) RunProcessor(ctx context.Context) error {
-	p, err := outbox.NewProcessor(s.store, outbox.NewRouter().Handle(Topic, s.publisher), outbox.Config{
+	p, err := outbox.NewProcessor(s.store, outbox.NewRouter().Handle(Topic, s.tel.Publisher(s.publisher)), outbox.Config{
 		PollInterval:      s.cfg.PollInterval,
+		PollBatchSize:     s.cfg.BatchSize,
 		ProcessingTimeout: s.cfg.ProcessingTimeout,
 		RecoveryInterval:  s.cfg.RecoveryInterval,
 		DrainTimeout:      s.cfg.DrainTimeout,
 		MaxAttempts:       s.cfg.MaxAttempts,
 		Backoff:           outbox.Backoff{Schedule: s.cfg.Backoff},
-		Observer:          logObserver{log: s.log},
+		Observer:          s.observer(),
 		Logger:            s.log,
 	})
 	if err != nil {

@@ -96,7 +96,11 @@ func newEnv(t *testing.T, db database, fake *fakewa.Server, mod func(*service.Co
 		t.Fatalf("service.New: %v", err)
 	}
 	e.svc = svc
-	e.ts = httptest.NewServer(svc.Handler())
+	// Every response the suite gets is checked against the OpenAPI
+	// document (openapi_validate_test.go).
+	conf := newConformance(t)
+	t.Cleanup(func() { conf.report(t) })
+	e.ts = httptest.NewServer(conf.wrap(svc.Handler()))
 	fake.SetWebhookURL(e.ts.URL + service.WebhookPath)
 	pctx, pcancel := context.WithCancel(context.Background())
 	e.procErr = make(chan error, 1)
