@@ -45,24 +45,8 @@ func TestDemoRun(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-dsn", filepath.Join(t.TempDir(), "demo.db")}, func(string) string { return "" }, out)
 	}()
-	curlLine := regexp.MustCompile(`curl -s -X POST (http://\S+)/api/v1/outbound/messages`)
-	var base string
+	base := awaitOutput(t, out, done, regexp.MustCompile(`curl -s -X POST (http://\S+)/api/v1/outbound/messages`), 20*time.Second)
 	deadline := time.Now().Add(20 * time.Second)
-	for base == "" {
-		if m := curlLine.FindStringSubmatch(out.String()); m != nil {
-			base = m[1]
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("the program ended before printing its curl line: %v\n%s", err, out)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no curl line printed within 20 s:\n%s", out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	for {
 		r, err := http.Get(base + "/readyz")
 		if err == nil {

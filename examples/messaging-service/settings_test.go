@@ -38,19 +38,25 @@ func started(t *testing.T, args []string, env map[string]string) string {
 			t.Error("no clean shutdown")
 		}
 	})
-	listening := regexp.MustCompile(`messaging-service listening" url=(http://\S+)`)
-	deadline := time.Now().Add(30 * time.Second)
+	return awaitOutput(t, out, done, regexp.MustCompile(`messaging-service listening" url=(http://\S+)`), 30*time.Second)
+}
+
+// awaitOutput waits until the program's output matches re and returns the
+// first submatch; it fails if the program ends or nothing matches in time.
+func awaitOutput(t *testing.T, out *syncBuf, done <-chan error, re *regexp.Regexp, within time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
-		if m := listening.FindStringSubmatch(out.String()); m != nil {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
 			return m[1]
 		}
 		select {
 		case err := <-done:
-			t.Fatalf("the program ended: %v\n%s", err, out)
+			t.Fatalf("the program ended before printing %q: %v\n%s", re, err, out)
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not listening after 30 s:\n%s", out)
+			t.Fatalf("no %q printed within %s:\n%s", re, within, out)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
