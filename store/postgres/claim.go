@@ -106,6 +106,7 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 		return nil, err
 	}
 	took := time.Since(began)
+	s.sawServer(win.server)
 	last := win.maxSeq
 	if len(msgs) > 0 {
 		last = max(last, msgs[len(msgs)-1].Seq)
@@ -137,7 +138,14 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 // window is what a claim read of its window: how many rows (when the
 // claim was not filled, else 0), the last sequence number of those, and
 // the first (0 when the window was empty).
-type window struct{ scanned, maxSeq, minSeq int64 }
+//
+// server names the server that ran the claim (its start time): the
+// store's floors and windows hold only for the server they were learned
+// on.
+type window struct {
+	scanned, maxSeq, minSeq int64
+	server                  string
+}
 
 func (s *Store) claim(ctx context.Context, settings, stmt string, args []any) ([]outbox.Message, window, error) {
 	var (
@@ -147,12 +155,12 @@ func (s *Store) claim(ctx context.Context, settings, stmt string, args []any) ([
 	)
 	err := s.plannedWith(ctx, settings, stmt, args, func(r pgx.Rows) error {
 		var row msgRow
-		if r.RawValues()[3] == nil { // no message claimed: only the window's figures
-			dest := make([]any, 4+len(row.dest()))
-			dest[0], dest[1], dest[2] = &win.scanned, &win.maxSeq, &win.minSeq
+		if r.RawValues()[4] == nil { // no message claimed: only the window's figures
+			dest := make([]any, 5+len(row.dest()))
+			dest[0], dest[1], dest[2], dest[3] = &win.scanned, &win.maxSeq, &win.minSeq, &win.server
 			return r.Scan(dest...)
 		}
-		dest := append([]any{&win.scanned, &win.maxSeq, &win.minSeq}, row.dest()...)
+		dest := append([]any{&win.scanned, &win.maxSeq, &win.minSeq, &win.server}, row.dest()...)
 		if err := r.Scan(append(dest, &tid)...); err != nil {
 			return err
 		}
@@ -263,6 +271,13 @@ func (w *windowLows) start(key string, now time.Time) (low int64, full bool) {
 	return max(l.seq-min(w.margin, max(l.perSec, windowMarginMin)), 0), false
 }
 
+// reset forgets every window's start: the next claims read from the start.
+func (w *windowLows) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lows = map[string]windowLow{}
+}
+
 // saw records the first sequence number of a claim's window (0 when it
 // was empty) and the largest one the claim saw (its window's or its
 // messages'): from a window read from the start the first replaces the
@@ -291,4 +306,16 @@ func (w *windowLows) saw(key string, first, last int64, full bool, took time.Dur
 		l.seq = first
 	}
 	w.lows[key] = l
+}
+
+// sawServer records the server a claim ran on. On another server than the
+// last one (a failover to a standby, a restore, a restart) the floors and
+// the windows' starts learned so far are dropped: the new server may draw
+// sequence numbers again below them (an asynchronous standby that had not
+// received the last ones), and a window or floor past a new message would
+// hide it.
+func (s *Store) sawServer(server string) {
+	if server != "" && s.floors.onServer(server) {
+		s.windows.reset()
+	}
 }

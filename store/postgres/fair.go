@@ -110,10 +110,11 @@ func (s *Store) claimFair(ctx context.Context, key string, p outbox.MessageClaim
 		stmt = s.sql.claimFairTopics
 		args = append(args, p.Topics)
 	}
-	msgs, _, err := s.claim(ctx, planSettings, stmt, args)
+	msgs, win, err := s.claim(ctx, planSettings, stmt, args)
 	if err != nil {
 		return nil, err
 	}
+	s.sawServer(win.server)
 	s.floors.claimed(msgs)
 	return msgs, nil
 }

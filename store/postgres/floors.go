@@ -43,6 +43,19 @@ const floorGeneration = 1024
 type groupFloors struct {
 	mu       sync.Mutex
 	cur, old map[string]int64
+	server   string // the server the floors were learned on (see sawServer)
+}
+
+// onServer records the server a claim ran on, and forgets every floor when
+// it is not the one they were learned on (it reports whether so).
+func (f *groupFloors) onServer(server string) (changed bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if server == f.server {
+		return false
+	}
+	f.server, f.cur, f.old = server, nil, nil
+	return true
 }
 
 // floorKey is the key of a group in the floors JSON object, as the claim's
@@ -81,16 +94,22 @@ func (f *groupFloors) claimed(msgs []outbox.Message) {
 	}
 }
 
-// json returns the floors as a JSON object (key to sequence number), the
-// claim's parameter; "{}" when there are none.
+// json returns the floors as a JSON object (key to sequence number, and
+// "" to the server they hold on), the claim's parameter; "{}" when there
+// are none.
 func (f *groupFloors) json() string {
 	f.mu.Lock()
-	all := make(map[string]int64, len(f.cur)+len(f.old))
+	all := make(map[string]any, len(f.cur)+len(f.old)+1)
+	if f.server != "" {
+		all[""] = f.server // the claim applies the floors on this server only
+	}
 	for k, v := range f.old {
 		all[k] = v
 	}
 	for k, v := range f.cur {
-		all[k] = max(all[k], v)
+		if o, ok := all[k].(int64); !ok || v > o {
+			all[k] = v
+		}
 	}
 	f.mu.Unlock()
 	b, err := json.Marshal(all)

@@ -326,9 +326,14 @@ runs AS MATERIALIZED (
 		WHERE $4::int4 IS NOT NULL
 		ORDER BY tl.ord`
 		}
-		return q(`WITH win AS MATERIALIZED (
+		// The floors apply only on the server they were learned on (the
+		// object's key "" names it by its start time): after a failover or
+		// a restore, sequence numbers can be drawn again below them.
+		return q(`WITH srv AS MATERIALIZED (
+	SELECT ($7::jsonb ->> '') IS NOT DISTINCT FROM extract(epoch FROM pg_postmaster_start_time())::text AS same
+), win AS MATERIALIZED (
 	SELECT x.id, x.tenant, x.topic, x.grp, x.seq, x.next_attempt_at, x.tid,
-		CASE WHEN x.floor <= x.seq THEN x.floor ELSE 0 END AS floor
+		CASE WHEN x.floor <= x.seq AND (SELECT same FROM srv) THEN x.floor ELSE 0 END AS floor
 	FROM (
 		` + src + `
 	) x
@@ -359,7 +364,7 @@ runs AS MATERIALIZED (
 	LIMIT $3
 	FOR UPDATE OF m SKIP LOCKED
 ),` + claimTail(tf, fair) + `
-SELECT s.scanned, s.maxseq, s.minseq, {UCOLS}, u.tid
+SELECT s.scanned, s.maxseq, s.minseq, extract(epoch FROM pg_postmaster_start_time())::text AS srv, {UCOLS}, u.tid
 FROM (
 	-- The window's size matters only when the runs did not fill the claim
 	-- (then every head, hence the whole window, was read already). Its
@@ -405,7 +410,7 @@ ORDER BY u.seq`)
 	LIMIT $3
 	FOR UPDATE OF m SKIP LOCKED
 ),` + claimTail(tf, false) + `
-SELECT 0::bigint AS scanned, 0::bigint AS maxseq, 0::bigint AS minseq, {UCOLS}, u.tid
+SELECT 0::bigint AS scanned, 0::bigint AS maxseq, 0::bigint AS minseq, extract(epoch FROM pg_postmaster_start_time())::text AS srv, {UCOLS}, u.tid
 FROM (SELECT {ASYNC} AS sc) s
 LEFT JOIN upd u ON true
 ORDER BY u.seq`)
