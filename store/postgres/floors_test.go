@@ -48,9 +48,9 @@ func TestClaimLookupsStartAtGroupFloors(t *testing.T) {
 		}
 	}
 	floors := s.floors.json()
-	var fl map[string]int64
-	if err := json.Unmarshal([]byte(floors), &fl); err != nil || fl[floorKey("", "t", "g")] == 0 {
-		t.Fatalf("floors %s (%v): want one for group g", floors, err)
+	var fl map[string]any
+	if err := json.Unmarshal([]byte(floors), &fl); err != nil || fl[floorKey("", "t", "g")] == nil || fl[""] == nil {
+		t.Fatalf("floors %s (%v): want one for group g, and the server", floors, err)
 	}
 	// The buffers the heads' lookups read: the group index's (first
 	// waiting) and the lease index's (first leased).
@@ -145,5 +145,33 @@ func TestRequeueMovesAnOvertakenDeadLetterToTheEnd(t *testing.T) {
 	s.floors.claimed([]outbox.Message{{Topic: "t", Group: "g", Seq: rq.Seq + 100}})
 	if c = claim("q", 10); len(c) != 1 || c[0].ID != m1.ID {
 		t.Fatalf("claim under a floor past m1: %v, want m1", c)
+	}
+}
+
+// TestFloorsHoldOnlyOnTheirServer: floors learned on another server (before
+// a failover to a standby that had not received the last sequence numbers,
+// which it then draws again) are not applied, and are dropped. Here a floor
+// past a leased message would otherwise let the group's next message be
+// claimed beside it.
+func TestFloorsHoldOnlyOnTheirServer(t *testing.T) {
+	s, _, ctx := migratedStore(t, Options{})
+	ob := outbox.New[pgx.Tx](s, outbox.Options{})
+	res, err := ob.Enqueue(ctx,
+		outbox.Message{Topic: "t", Group: "g", Payload: json.RawMessage(`1`)},
+		outbox.Message{Topic: "t", Group: "g", Payload: json.RawMessage(`2`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 1, Owner: "p", Now: time.Now()}); err != nil || len(ms) != 1 || ms[0].ID != res[0].Message.ID {
+		t.Fatalf("first claim: %v, %v; want the first message", ms, err)
+	}
+	server := s.floors.server
+	s.floors.onServer("another server")
+	s.floors.claimed([]outbox.Message{{Topic: "t", Group: "g", Seq: res[1].Message.Seq}})
+	if ms, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "q", Now: time.Now()}); err != nil || len(ms) != 0 {
+		t.Fatalf("claim while the first is leased, under another server's floor: %v, %v; want nothing", ms, err)
+	}
+	if s.floors.server != server || len(s.floors.cur)+len(s.floors.old) != 0 {
+		t.Fatalf("after a claim on %q: floors of %q, %d kept; want the other server's dropped", server, s.floors.server, len(s.floors.cur)+len(s.floors.old))
 	}
 }
