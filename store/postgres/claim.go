@@ -33,10 +33,10 @@ const MaxClaimLimit = outbox.MaxClaimLimit
 // window of 4 x Limit, at least 1,000 and at most 20,000). When that window
 // is full and yields fewer than Limit messages (long backlogs behind groups
 // that are blocked), a second statement visits every group with unfinished
-// messages, so no group starves behind blocked ones. The window starts
-// a margin (the sequence numbers drawn in about a second, from 1,000 to
-// 10,000) before the first pending message the Store saw last (when there was none, from the largest sequence number its claims
-// saw), and from the very first pending message once a second has passed
+// messages, so no group starves behind blocked ones. The window starts a
+// margin (the sequence numbers drawn in about a second, from 1,000 to
+// 10,000) before the first pending message the Store saw last (when there
+// was none, from the largest sequence number its claims saw), and from the very first pending message once a second has passed
 // since a claim last read it from there (longer when such a read is dear:
 // see windowRescan): a message that becomes PENDING again far behind the
 // backlog's front (a retry coming due, a release, a recovered lease, a
@@ -74,14 +74,16 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	floors := s.floors.json()
 	// Fair share first (see fairShare): a few heads of other tenants, so a
 	// burst of one tenant does not hold the others back.
-	fair, err := s.claimFair(ctx, key, p, now, owner, run, floors)
+	// extra: what statements other than the window's claimed (the fair
+	// share's, the fallback's), merged into the window's in Seq order.
+	extra, err := s.claimFair(ctx, key, p, now, owner, run, floors)
 	if err != nil {
 		return nil, err
 	}
-	limit := p.Limit - len(fair)
+	limit := p.Limit - len(extra)
 	if limit == 0 {
 		s.fair.claimed(key, true)
-		return fair, nil
+		return extra, nil
 	}
 	stmt, fb := s.sql.claimAll, s.sql.claimFallbackAll
 	low, full := s.windows.start(key, time.Now())
@@ -97,11 +99,11 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	began := time.Now()
 	msgs, win, err := s.claim(ctx, settings, stmt, args)
 	if err != nil {
-		if len(fair) > 0 {
-			// The fair claim is committed: hand it out rather than leave
-			// it to lease recovery.
+		if len(extra) > 0 {
+			// The fair-share claim is committed: hand it out rather than
+			// leave it to lease recovery.
 			s.log.WarnContext(ctx, "outboxkit/postgres: claim failed after the fair-share claim", "err", err)
-			return fair, nil
+			return extra, nil
 		}
 		return nil, err
 	}
@@ -125,11 +127,11 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 			// it to lease recovery.
 			s.log.WarnContext(ctx, "outboxkit/postgres: fallback claim failed", "err", err)
 		}
-		fair = append(fair, more...) // merged below
+		extra = append(extra, more...)
 	}
-	s.fair.claimed(key, len(msgs)+len(fair) >= p.Limit)
-	if len(fair) > 0 {
-		msgs = append(msgs, fair...)
+	s.fair.claimed(key, len(msgs)+len(extra) >= p.Limit)
+	if len(extra) > 0 {
+		msgs = append(msgs, extra...)
 		sort.Slice(msgs, func(i, j int) bool { return msgs[i].Seq < msgs[j].Seq })
 	}
 	return msgs, nil
@@ -198,8 +200,7 @@ func (s *Store) claim(ctx context.Context, settings, stmt string, args []any) ([
 // What it may not see until then: a message that became PENDING again
 // after its group's later messages were seen (a retry that came due, a
 // release, a recovered lease, an admin retry) or that was committed late
-// (its transaction drew its sequence number more than windowMargin numbers
-// earlier). Order is not at stake: a group's later messages wait for their
+// (its transaction drew its sequence number more than the margin earlier). Order is not at stake: a group's later messages wait for their
 // head whether or not the window sees it.
 //
 // How long "until then" is: windowRescan, or rescanCost times as long as

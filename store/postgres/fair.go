@@ -44,9 +44,7 @@ type fairShare struct {
 func (f *fairShare) due(key string, now time.Time) (from string, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.last == nil {
-		f.last, f.from, f.filled = map[string]time.Time{}, map[string]string{}, map[string]bool{}
-	}
+	f.init()
 	if !f.filled[key] {
 		return "", false
 	}
@@ -57,13 +55,18 @@ func (f *fairShare) due(key string, now time.Time) (from string, ok bool) {
 	return f.from[key], true
 }
 
+// init makes the maps; f.mu is held.
+func (f *fairShare) init() {
+	if f.last == nil {
+		f.last, f.from, f.filled = map[string]time.Time{}, map[string]string{}, map[string]bool{}
+	}
+}
+
 // claimed records whether a claim took its whole limit.
 func (f *fairShare) claimed(key string, full bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.filled == nil {
-		f.last, f.from, f.filled = map[string]time.Time{}, map[string]string{}, map[string]bool{}
-	}
+	f.init()
 	f.filled[key] = full
 }
 
