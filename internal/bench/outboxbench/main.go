@@ -88,7 +88,7 @@ func main() {
 	flag.BoolVar(&deleteSent, "delete-sent", false, "the PostgreSQL processors delete the messages they send (Options.DeleteSentTopics)")
 	flag.BoolVar(&sharedGroups, "cont-shared-groups", false, "continuous: the producers draw from all groups (they wait on each other's group locks) instead of a quarter each")
 	flag.BoolVar(&workDetail, "work-detail", false, "after each PostgreSQL drain, print the buffer accesses per message of each table and index")
-	only := flag.String("only", "", "comma-separated subset: enqueue,drain,continuous,latency,rss")
+	only := flag.String("only", "", "comma-separated subset: enqueue,drain,continuous,latency,rss; or logproto alone (the append-only design's prototype, issue #28)")
 	stores := flag.String("stores", "postgres", "comma-separated stores for the drain: postgres,mysql,sqlite (mysql: $OUTBOXKIT_MYSQL_DSN or root@tcp(127.0.0.1:3306)/test)")
 	latencyRate := flag.Int("latency-rate", 0, "messages per second offered in the latency rounds (default 500)")
 	contFor := flag.Duration("cont-for", 0, "measured window of the continuous run (default 30s, 5s with -quick)")
@@ -292,6 +292,20 @@ func main() {
 			}
 			rounds(name,
 				func() (float64, string, error) { return benchContinuous(ctx, c, pool, procs, c.backlog) }, nil, "worked/s", "", 0, 0)
+		}
+	}
+	if *only == "logproto" {
+		for _, procs := range procCounts {
+			name := fmt.Sprintf("log prototype (#28): continuous insert + work for %s, backlog held near %d, %d worker(s)", c.contFor, c.backlog, procs)
+			if c.hold {
+				name += ", cleanup horizon held"
+			}
+			rounds(name, func() (float64, string, error) { return benchLogProto(ctx, c, pool, procs, c.backlog) }, nil, "worked/s", "", 0, 0)
+			name = fmt.Sprintf("log prototype (#28): drain %d messages (%d groups), %d worker(s)", c.drainN, c.drainGroups, procs)
+			if c.hold {
+				name += ", cleanup horizon held"
+			}
+			rounds(name, func() (float64, string, error) { return benchLogProtoDrain(ctx, c, pool, procs) }, nil, "msg/s", "", 0, 0)
 		}
 	}
 	if want("latency") {

@@ -1,0 +1,516 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	mrand "math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// The log prototype (-only logproto) measures the storage design issue #28
+// proposes before the store is rebuilt on it: messages are immutable rows
+// of an append-only log, and a group's progress is an append-only series of
+// marks (a lease: the run a claim took; done: how far the group is
+// finished). Nothing on the hot path updates or deletes a row, so a held
+// cleanup horizon leaves no dead row versions for the claim to walk; the
+// latest mark of a group is one index descent however many marks came
+// before it. Claims take advisory locks on the groups they consider (a
+// try-lock: a claim never waits), so two claims never lease the same run,
+// and read the groups' marks in a second statement, after the locks, so
+// they see every mark committed before.
+//
+// It is a measurement, not a store: ordered messages only, no retries,
+// dead letters, pauses or recovery of expired leases beyond taking them
+// over, and the enqueue takes each group's lock as the store's does, so a
+// group's sequence numbers commit in order. The same producers, backlog,
+// groups, FIFO check and statistics as the continuous benchmark.
+
+const lpDDL = `
+CREATE SCHEMA %[1]s;
+CREATE TABLE %[1]s.log (
+    seq        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id         text COLLATE "C" NOT NULL,
+    tenant     text COLLATE "C" NOT NULL,
+    topic      text COLLATE "C" NOT NULL,
+    grp        text COLLATE "C" NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    payload    json NOT NULL
+);
+CREATE UNIQUE INDEX log_id ON %[1]s.log (id);
+CREATE INDEX log_grp ON %[1]s.log (tenant, topic, grp, seq);
+CREATE TABLE %[1]s.marks (
+    mseq   bigint GENERATED ALWAYS AS IDENTITY,
+    tenant text COLLATE "C" NOT NULL,
+    topic  text COLLATE "C" NOT NULL,
+    grp    text COLLATE "C" NOT NULL,
+    done   bigint NOT NULL,
+    upto   bigint NOT NULL,
+    token  bigint NOT NULL,
+    at     timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX marks_grp ON %[1]s.marks (tenant, topic, grp, mseq);
+`
+
+// lpLatest is a group's latest mark, as a LATERAL subquery on g.
+const lpLatest = `SELECT done, upto, token, at FROM %[1]s.marks k
+	WHERE k.tenant = g.tenant AND k.topic = g.topic AND k.grp = g.grp ORDER BY mseq DESC LIMIT 1`
+
+// lpCandidates reads a window of the log from $1, groups it, keeps the
+// groups with messages past their done mark, and returns the floor the
+// next window may start from (the first unfinished message it saw, or the
+// window's end) and, try-locked, the groups not leased whose first
+// messages fill the claim's $3.
+const lpCandidates = `
+WITH w AS MATERIALIZED (
+	SELECT tenant, topic, grp, min(seq) AS first, max(seq) AS last, count(*) AS n, max(max(seq)) OVER () AS wend
+	FROM (SELECT seq, tenant, topic, grp FROM %[1]s.log WHERE seq > $1 ORDER BY seq LIMIT $2) x
+	GROUP BY tenant, topic, grp),
+s AS MATERIALIZED (
+	SELECT g.*, coalesce(m.done, 0) AS done, coalesce(m.token, 0) AS token, m.at
+	FROM w g LEFT JOIN LATERAL (` + lpLatest + `) m ON true
+	WHERE coalesce(m.done, 0) < g.last),
+c AS MATERIALIZED (
+	SELECT s.*, sum(least(n, $4)) OVER (ORDER BY first) - least(n, $4) AS before FROM s
+	WHERE token = 0 OR at < now() - interval '30 seconds')
+SELECT NULL::text, NULL::text, NULL::text, (SELECT coalesce(min(greatest(done, first - 1)), (SELECT max(wend) FROM w)) FROM s)
+UNION ALL
+(SELECT tenant, topic, grp, NULL FROM c
+	WHERE before < $3 AND pg_try_advisory_xact_lock(2, hashtext(tenant || '/' || topic || '/' || grp))
+	ORDER BY first)`
+
+// lpTake leases the locked groups' next runs (at most $4 each) to token
+// $5, after reading their marks again: the locks were taken by the
+// statement before, so this statement's snapshot holds every mark
+// committed under them.
+const lpTake = `
+WITH g AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) AS g(tenant, topic, grp)),
+s AS MATERIALIZED (
+	SELECT g.*, coalesce(m.done, 0) AS done FROM g LEFT JOIN LATERAL (` + lpLatest + `) m ON true
+	WHERE m.token IS NULL OR m.token = 0 OR m.at < now() - interval '30 seconds'),
+r AS MATERIALIZED (
+	SELECT s.tenant, s.topic, s.grp, s.done, l.seq, l.id, l.payload FROM s CROSS JOIN LATERAL (
+		SELECT seq, id, payload FROM %[1]s.log l
+		WHERE l.tenant = s.tenant AND l.topic = s.topic AND l.grp = s.grp AND l.seq > s.done ORDER BY seq LIMIT $4) l),
+ins AS (INSERT INTO %[1]s.marks (tenant, topic, grp, done, upto, token)
+	SELECT tenant, topic, grp, done, max(seq), $5 FROM r GROUP BY tenant, topic, grp, done)
+SELECT tenant, topic, grp, seq, id, payload::text FROM r ORDER BY seq`
+
+// lpDone marks the runs finished, fenced by their lease's token; run after
+// the groups' locks are held (blocking, in key order: finishes never
+// deadlock, claims only try).
+const lpDone = `
+INSERT INTO %[1]s.marks (tenant, topic, grp, done, upto, token)
+SELECT g.tenant, g.topic, g.grp, g.upto, g.upto, 0
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS g(tenant, topic, grp, upto)
+CROSS JOIN LATERAL (` + lpLatest + `) m WHERE m.token = $5`
+
+type lpStore struct {
+	pool   *pgxpool.Pool
+	schema string
+	q      map[string]string
+}
+
+func newLogProto(ctx context.Context, pool *pgxpool.Pool) (*lpStore, func(), error) {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	s := &lpStore{pool: pool, schema: "bench_lp_" + hex.EncodeToString(b[:])}
+	if _, err := pool.Exec(ctx, fmt.Sprintf(lpDDL, s.schema)); err != nil {
+		return nil, nil, err
+	}
+	s.q = map[string]string{}
+	for k, v := range map[string]string{"cand": lpCandidates, "take": lpTake, "done": lpDone} {
+		s.q[k] = fmt.Sprintf(v, s.schema)
+	}
+	return s, func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+s.schema+" CASCADE") }, nil
+}
+
+// enqueue inserts msgs in one transaction, holding each group's enqueue
+// lock (key 1) to the commit, as the store does.
+func (s *lpStore) enqueue(ctx context.Context, msgs []outbox.Message) error {
+	n := len(msgs)
+	ids, tenants, topics, grps, pls := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, m := range msgs {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		ids[i], tenants[i], topics[i], grps[i], pls[i] = hex.EncodeToString(b[:]), "", m.Topic, m.Group, string(m.Payload)
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(`SELECT pg_advisory_xact_lock(1, h) FROM (SELECT DISTINCT hashtext(t || '/' || p || '/' || g) AS h
+			FROM unnest($1::text[], $2::text[], $3::text[]) AS u(t, p, g) ORDER BY 1) x`, tenants, topics, grps)
+		b.Queue(fmt.Sprintf(`INSERT INTO %s.log (id, tenant, topic, grp, payload)
+			SELECT id, t, p, g, pl::json FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, t, p, g, pl)`, s.schema),
+			ids, tenants, topics, grps, pls)
+		return tx.SendBatch(ctx, b).Close()
+	})
+}
+
+type lpRun struct {
+	tenant, topic, grp string
+	upto               int64
+}
+
+type lpClaimer struct {
+	s               *lpStore
+	floor           int64
+	nextRescan      time.Time
+	window, perGrp  int
+	limit, margin   int
+	lastRescanCost  time.Duration
+	rescans, claims int
+}
+
+// claim leases up to limit messages; it returns them with the runs to
+// finish and the lease's token.
+func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64, error) {
+	var tb [8]byte
+	_, _ = rand.Read(tb[:])
+	token := int64(binary.LittleEndian.Uint64(tb[:])>>1) + 1
+	from, rescan := c.floor-int64(c.margin), false
+	if time.Now().After(c.nextRescan) {
+		from, rescan = 0, true
+	}
+	from = max(from, 0)
+	started := time.Now()
+	var msgs []outbox.Message
+	var runs []lpRun
+	err := pgx.BeginFunc(ctx, c.s.pool, func(tx pgx.Tx) error {
+		window := c.window
+		if rescan {
+			window = 1 << 30
+		}
+		rows, err := tx.Query(ctx, c.s.q["cand"], from, window, c.limit, c.perGrp)
+		if err != nil {
+			return err
+		}
+		var ts, ps, gs []string
+		floor := int64(-1)
+		for rows.Next() {
+			var t, p, g *string
+			var f *int64
+			if err := rows.Scan(&t, &p, &g, &f); err != nil {
+				return err
+			}
+			if f != nil {
+				floor = *f
+			}
+			if g != nil {
+				ts, ps, gs = append(ts, *t), append(ps, *p), append(gs, *g)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if floor >= 0 && (rescan || floor > c.floor) {
+			c.floor = floor
+		}
+		if len(gs) == 0 {
+			return nil
+		}
+		rows, err = tx.Query(ctx, c.s.q["take"], ts, ps, gs, c.perGrp, token)
+		if err != nil {
+			return err
+		}
+		var cur *lpRun
+		for rows.Next() {
+			var m outbox.Message
+			var pl string
+			if err := rows.Scan(&m.Tenant, &m.Topic, &m.Group, &m.Seq, &m.ID, &pl); err != nil {
+				return err
+			}
+			m.Payload = []byte(pl)
+			msgs = append(msgs, m)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		idx := map[string]int{}
+		for _, m := range msgs {
+			k := m.GroupKey()
+			i, ok := idx[k]
+			if !ok {
+				i = len(runs)
+				idx[k] = i
+				runs = append(runs, lpRun{tenant: m.Tenant, topic: m.Topic, grp: m.Group})
+			}
+			cur = &runs[i]
+			cur.upto = max(cur.upto, m.Seq)
+		}
+		return nil
+	})
+	if rescan {
+		d := time.Since(started)
+		c.lastRescanCost, c.rescans = d, c.rescans+1
+		c.nextRescan = time.Now().Add(min(max(20*d, time.Second), 30*time.Second))
+	}
+	c.claims++
+	return msgs, runs, token, err
+}
+
+func (s *lpStore) finish(ctx context.Context, runs []lpRun, token int64) error {
+	n := len(runs)
+	ts, ps, gs, up := make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
+	for i, r := range runs {
+		ts[i], ps[i], gs[i], up[i] = r.tenant, r.topic, r.grp, r.upto
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(`SELECT pg_advisory_xact_lock(2, h) FROM (SELECT DISTINCT hashtext(t || '/' || p || '/' || g) AS h
+			FROM unnest($1::text[], $2::text[], $3::text[]) AS u(t, p, g) ORDER BY 1) x`, ts, ps, gs)
+		b.Queue(s.q["done"], ts, ps, gs, up, token)
+		return tx.SendBatch(ctx, b).Close()
+	})
+}
+
+// benchLogProto is benchContinuous on the log prototype: 4 producers keep
+// the backlog near backlog, procs workers claim (500, at most 100 per
+// group), check FIFO and mark their runs done.
+func benchLogProto(ctx context.Context, c config, pool *pgxpool.Pool, procs, backlog int) (float64, string, error) {
+	s, cleanup, err := newLogProto(ctx, pool)
+	if err != nil {
+		return 0, "", err
+	}
+	defer cleanup()
+	if err := lpFill(ctx, s, backlog, c.drainGroups); err != nil {
+		return 0, "", err
+	}
+	var enqueued atomic.Int64
+	enqueued.Store(int64(backlog))
+	if c.hold {
+		release, err := holdHorizon(ctx, c.dsn)
+		if err != nil {
+			return 0, "", err
+		}
+		defer release()
+	}
+	wpool, err := newPoolNamed(ctx, c.dsn, int32(procs+4), procApp)
+	if err != nil {
+		return 0, "", err
+	}
+	defer wpool.Close()
+	ws := &lpStore{pool: wpool, schema: s.schema, q: s.q}
+	pub := newFIFO()
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	stopWorkers := lpWorkers(ctx, ws, pub, procs, c)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := mrand.New(mrand.NewPCG(uint64(w), 2))
+			msgs := make([]outbox.Message, 100)
+			for i := 0; pctx.Err() == nil; i++ {
+				if enqueued.Load()-pub.n.Load() >= int64(backlog) {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				for j := range msgs {
+					g := groupNames[w+4*rng.IntN(c.drainGroups/4)]
+					msgs[j] = outbox.Message{Topic: "bench", Group: g, Payload: payload(g, i)}
+				}
+				if err := s.enqueue(pctx, msgs); err != nil {
+					if pctx.Err() == nil {
+						errs <- fmt.Errorf("enqueue: %w", err)
+					}
+					return
+				}
+				enqueued.Add(int64(len(msgs)))
+			}
+		}()
+	}
+	time.Sleep(c.contFor / 5)
+	n0, e0 := pub.n.Load(), enqueued.Load()
+	cpu0, local := pgCPU(c.dsn)
+	w0, err := schemaWork(ctx, pool, s.schema)
+	if err != nil {
+		return 0, "", err
+	}
+	rel0, err := relationWork(ctx, pool, s.schema)
+	if err != nil {
+		return 0, "", err
+	}
+	start := time.Now()
+	lo, hi := int64(-1), int64(0)
+	for time.Since(start) < c.contFor {
+		time.Sleep(100 * time.Millisecond)
+		b := enqueued.Load() - pub.n.Load()
+		if lo < 0 || b < lo {
+			lo = b
+		}
+		hi = max(hi, b)
+	}
+	elapsed := time.Since(start)
+	n1, e1 := pub.n.Load(), enqueued.Load()
+	cpu1, _ := pgCPU(c.dsn)
+	w1, err := schemaWork(ctx, pool, s.schema)
+	if err != nil {
+		return 0, "", err
+	}
+	if workDetail && n1 > n0 {
+		if err := printRelationWork(ctx, pool, s.schema, rel0, int(n1-n0)); err != nil {
+			return 0, "", err
+		}
+	}
+	cancel()
+	wg.Wait()
+	close(errs)
+	claims, rescans, werr := stopWorkers()
+	if err := cmpOr(<-errs, werr); err != nil {
+		return 0, "", err
+	}
+	worked := n1 - n0
+	note := fmt.Sprintf("log prototype: enqueued %.0f msg/s, backlog %d-%d", float64(e1-e0)/elapsed.Seconds(), lo, hi)
+	if pub.violated.Load() > 0 {
+		note += fmt.Sprintf(", FIFO held: NO (%d out of order)", pub.violated.Load())
+	} else {
+		note += ", FIFO held: yes"
+	}
+	note += fmt.Sprintf(", duplicates: %d, claims %d (%d rescans)", pub.dup.Load(), claims, rescans)
+	if worked > 0 {
+		note += fmt.Sprintf(", dead row versions %.2f/msg, %s", float64(w1.updates+w1.deletes-w0.updates-w0.deletes)/float64(worked), w1.perMessage(w0, int(worked)))
+	}
+	if local && worked > 0 {
+		note += fmt.Sprintf(", PostgreSQL CPU %.0f µs/msg", float64((cpu1-cpu0).Microseconds())/float64(worked))
+	}
+	return float64(worked) / elapsed.Seconds(), note, nil
+}
+
+func cmpOr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lpWorkers runs procs workers on ws until stop: each claims (c.claimBatch,
+// at most 100 per group), publishes to pub and marks its runs done,
+// polling every 100 ms when a claim finds nothing.
+func lpWorkers(ctx context.Context, ws *lpStore, pub *fifoPublisher, procs int, c config) (stop func() (claims, rescans int64, err error)) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	errs := make(chan error, procs)
+	var nClaims, nRescans atomic.Int64
+	for range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := &lpClaimer{s: ws, window: 1000 + 4*c.claimBatch, perGrp: 100, limit: c.claimBatch, margin: 1000}
+			defer func() { nClaims.Add(int64(cl.claims)); nRescans.Add(int64(cl.rescans)) }()
+			for ctx.Err() == nil {
+				msgs, runs, token, err := cl.claim(ctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						errs <- fmt.Errorf("claim: %w", err)
+					}
+					return
+				}
+				if len(msgs) == 0 {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				pub.Publish(ctx, msgs)
+				if err := ws.finish(ctx, runs, token); err != nil {
+					if ctx.Err() == nil {
+						errs <- fmt.Errorf("finish: %w", err)
+					}
+					return
+				}
+			}
+		}()
+	}
+	return func() (int64, int64, error) {
+		cancel()
+		wg.Wait()
+		close(errs)
+		return nClaims.Load(), nRescans.Load(), <-errs
+	}
+}
+
+// lpFill enqueues n messages over groups groups (message i in group
+// i%groups) in transactions of 1,000.
+func lpFill(ctx context.Context, s *lpStore, n, groups int) error {
+	for i := 0; i < n; i += 1000 {
+		msgs := make([]outbox.Message, 0, 1000)
+		for j := i; j < min(i+1000, n); j++ {
+			g := groupNames[j%groups]
+			msgs = append(msgs, outbox.Message{Topic: "bench", Group: g, Payload: payload(g, j/groups)})
+		}
+		if err := s.enqueue(ctx, msgs); err != nil {
+			return err
+		}
+	}
+	_, err := s.pool.Exec(ctx, "VACUUM ANALYZE "+s.schema+".log")
+	return err
+}
+
+// benchLogProtoDrain is the drain on the log prototype: c.drainN messages
+// over c.drainGroups groups, enqueued first, then worked by procs workers;
+// the figure is messages per second from the workers' start to the last
+// publication, the note the statistics of that span.
+func benchLogProtoDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) (float64, string, error) {
+	s, cleanup, err := newLogProto(ctx, pool)
+	if err != nil {
+		return 0, "", err
+	}
+	defer cleanup()
+	if err := lpFill(ctx, s, c.drainN, c.drainGroups); err != nil {
+		return 0, "", err
+	}
+	if c.hold {
+		release, err := holdHorizon(ctx, c.dsn)
+		if err != nil {
+			return 0, "", err
+		}
+		defer release()
+	}
+	wpool, err := newPoolNamed(ctx, c.dsn, int32(procs+4), procApp)
+	if err != nil {
+		return 0, "", err
+	}
+	defer wpool.Close()
+	ws := &lpStore{pool: wpool, schema: s.schema, q: s.q}
+	settle()
+	w0, err := schemaWork(ctx, pool, s.schema)
+	if err != nil {
+		return 0, "", err
+	}
+	cpu0, local := pgCPU(c.dsn)
+	pub := newFIFO()
+	start := time.Now()
+	stop := lpWorkers(ctx, ws, pub, procs, c)
+	for pub.n.Load() < int64(c.drainN) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	cpu1, _ := pgCPU(c.dsn)
+	claims, rescans, err := stop()
+	if err != nil {
+		return 0, "", err
+	}
+	w1, err := settledWork(ctx, pool, s.schema, 0)
+	if err != nil {
+		return 0, "", err
+	}
+	n := c.drainN
+	note := fmt.Sprintf("log prototype: FIFO held: %s, duplicates: %d, claims %d (%d rescans), dead row versions %.2f/msg, %s",
+		map[bool]string{true: "yes", false: "NO"}[pub.violated.Load() == 0], pub.dup.Load(), claims, rescans,
+		float64(w1.updates+w1.deletes-w0.updates-w0.deletes)/float64(n), w1.perMessage(w0, n))
+	if local {
+		note += fmt.Sprintf(", PostgreSQL CPU %.0f µs/msg", float64((cpu1-cpu0).Microseconds())/float64(n))
+	}
+	return float64(n) / elapsed.Seconds(), note, nil
+}
