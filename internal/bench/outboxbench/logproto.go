@@ -59,6 +59,12 @@ CREATE TABLE %[1]s.marks (
     at     timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX marks_grp ON %[1]s.marks (tenant, topic, grp, mseq);
+CREATE TABLE %[1]s.groups (
+    tenant text COLLATE "C" NOT NULL,
+    topic  text COLLATE "C" NOT NULL,
+    grp    text COLLATE "C" NOT NULL,
+    PRIMARY KEY (tenant, topic, grp)
+);
 `
 
 // lpLatest is a group's latest mark, as a LATERAL subquery on g.
@@ -87,6 +93,17 @@ UNION ALL
 (SELECT tenant, topic, grp, NULL FROM c
 	WHERE before < $3 AND pg_try_advisory_xact_lock(2, hashtext(tenant || '/' || topic || '/' || grp))
 	ORDER BY first)`
+
+// lpBackstop finds the true floor: the first unfinished message of every
+// group the registry knows, one probe of the group index per group. It is
+// what a claim's window may have passed: a transaction that drew its seq
+// before the floor moved past it and committed after. Its cost follows the
+// number of groups, not the log's length.
+const lpBackstop = `
+SELECT min(l.seq) - 1 FROM %[1]s.groups g
+LEFT JOIN LATERAL (` + lpLatest + `) m ON true
+CROSS JOIN LATERAL (SELECT seq FROM %[1]s.log l
+	WHERE l.tenant = g.tenant AND l.topic = g.topic AND l.grp = g.grp AND l.seq > coalesce(m.done, 0) ORDER BY seq LIMIT 1) l`
 
 // lpTake leases the locked groups' next runs (at most $4 each) to token
 // $5, after reading their marks again: the locks were taken by the
@@ -128,7 +145,7 @@ func newLogProto(ctx context.Context, pool *pgxpool.Pool) (*lpStore, func(), err
 		return nil, nil, err
 	}
 	s.q = map[string]string{}
-	for k, v := range map[string]string{"cand": lpCandidates, "take": lpTake, "done": lpDone} {
+	for k, v := range map[string]string{"cand": lpCandidates, "take": lpTake, "done": lpDone, "backstop": lpBackstop} {
 		s.q[k] = fmt.Sprintf(v, s.schema)
 	}
 	return s, func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+s.schema+" CASCADE") }, nil
@@ -151,6 +168,8 @@ func (s *lpStore) enqueue(ctx context.Context, msgs []outbox.Message) error {
 		b.Queue(fmt.Sprintf(`INSERT INTO %s.log (id, tenant, topic, grp, payload)
 			SELECT id, t, p, g, pl::json FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, t, p, g, pl)`, s.schema),
 			ids, tenants, topics, grps, pls)
+		b.Queue(fmt.Sprintf(`INSERT INTO %s.groups SELECT DISTINCT t, p, g FROM unnest($1::text[], $2::text[], $3::text[]) AS u(t, p, g)
+			ON CONFLICT DO NOTHING`, s.schema), tenants, topics, grps)
 		return tx.SendBatch(ctx, b).Close()
 	})
 }
@@ -176,20 +195,22 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 	var tb [8]byte
 	_, _ = rand.Read(tb[:])
 	token := int64(binary.LittleEndian.Uint64(tb[:])>>1) + 1
-	from, rescan := c.floor-int64(c.margin), false
-	if time.Now().After(c.nextRescan) {
-		from, rescan = 0, true
-	}
-	from = max(from, 0)
+	rescan := time.Now().After(c.nextRescan)
 	started := time.Now()
+	if rescan {
+		var floor *int64
+		if err := c.s.pool.QueryRow(ctx, c.s.q["backstop"]).Scan(&floor); err != nil {
+			return nil, nil, 0, err
+		}
+		if floor != nil {
+			c.floor = *floor + int64(c.margin)
+		}
+	}
+	from := max(c.floor-int64(c.margin), 0)
 	var msgs []outbox.Message
 	var runs []lpRun
 	err := pgx.BeginFunc(ctx, c.s.pool, func(tx pgx.Tx) error {
-		window := c.window
-		if rescan {
-			window = 1 << 30
-		}
-		rows, err := tx.Query(ctx, c.s.q["cand"], from, window, c.limit, c.perGrp)
+		rows, err := tx.Query(ctx, c.s.q["cand"], from, c.window, c.limit, c.perGrp)
 		if err != nil {
 			return err
 		}
@@ -211,7 +232,7 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if floor >= 0 && (rescan || floor > c.floor) {
+		if floor > c.floor {
 			c.floor = floor
 		}
 		if len(gs) == 0 {
