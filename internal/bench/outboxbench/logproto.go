@@ -302,7 +302,7 @@ func benchLogProto(ctx context.Context, c config, pool *pgxpool.Pool, procs, bac
 		return 0, "", err
 	}
 	defer cleanup()
-	if err := lpFill(ctx, s, backlog, c.drainGroups); err != nil {
+	if err := lpFill(ctx, s, backlog, c.lpGroups); err != nil {
 		return 0, "", err
 	}
 	var enqueued atomic.Int64
@@ -338,7 +338,7 @@ func benchLogProto(ctx context.Context, c config, pool *pgxpool.Pool, procs, bac
 					continue
 				}
 				for j := range msgs {
-					g := groupNames[w+4*rng.IntN(c.drainGroups/4)]
+					g := lpGroup(w + 4*rng.IntN(c.lpGroups/4))
 					msgs[j] = outbox.Message{Topic: "bench", Group: g, Payload: payload(g, i)}
 				}
 				if err := s.enqueue(pctx, msgs); err != nil {
@@ -467,7 +467,7 @@ func lpFill(ctx context.Context, s *lpStore, n, groups int) error {
 	for i := 0; i < n; i += 1000 {
 		msgs := make([]outbox.Message, 0, 1000)
 		for j := i; j < min(i+1000, n); j++ {
-			g := groupNames[j%groups]
+			g := lpGroup(j % groups)
 			msgs = append(msgs, outbox.Message{Topic: "bench", Group: g, Payload: payload(g, j/groups)})
 		}
 		if err := s.enqueue(ctx, msgs); err != nil {
@@ -534,4 +534,13 @@ func benchLogProtoDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs
 		note += fmt.Sprintf(", PostgreSQL CPU %.0f µs/msg", float64((cpu1-cpu0).Microseconds())/float64(n))
 	}
 	return float64(n) / elapsed.Seconds(), note, nil
+}
+
+// lpGroup names group n: the benchmark's names for the first 1,000, then
+// more of the same form (-lp-groups).
+func lpGroup(n int) string {
+	if n < len(groupNames) {
+		return groupNames[n]
+	}
+	return fmt.Sprintf("group-%04d", n)
 }

@@ -68,6 +68,7 @@ type config struct {
 	clients     int
 	claimBatch  int
 	hold        bool // continuous: a session of its own holds the cleanup horizon for the whole run
+	lpGroups    int  // logproto continuous: the producers' groups
 }
 
 func main() {
@@ -96,6 +97,7 @@ func main() {
 	nRounds := flag.Int("rounds", 0, "rounds per figure (default 3, 1 with -quick)")
 	drainN := flag.Int("drain-n", 0, "messages per drain (default 100,000, 20,000 with -quick)")
 	procs := flag.String("procs", "1,4", "comma-separated processor counts for the drain")
+	flag.IntVar(&c.lpGroups, "lp-groups", 1000, "logproto continuous: the groups the producers spread over (a multiple of 4)")
 	flag.BoolVar(&c.hold, "hold", false, "drain and continuous: a session of its own holds the cleanup horizon (BEGIN; SELECT txid_current(); then idle) for the whole run")
 	flag.Parse()
 	log.SetFlags(0)
@@ -116,6 +118,9 @@ func main() {
 	}
 	c.backlog = *backlog
 
+	if c.lpGroups < 4 || c.lpGroups%4 != 0 {
+		log.Fatalf("-lp-groups: %d is not a positive multiple of 4", c.lpGroups)
+	}
 	if *nRounds > 0 {
 		c.rounds = *nRounds
 	}
