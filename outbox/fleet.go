@@ -127,6 +127,10 @@ type ShardStatus struct {
 	// AcquiredAt and RenewedAt are when this instance took the lease and
 	// last renewed it.
 	AcquiredAt, RenewedAt time.Time
+	// LeaseExpiresAt is RenewedAt + LeaseTTL: the lease lasts at least
+	// until then, by this instance's clock (the coordination store counts
+	// from a little later, when the renewal reached it).
+	LeaseExpiresAt time.Time
 	// Stopping reports that the processor is stopping (the lease is being
 	// handed over, lost, or the fleet stops).
 	Stopping bool
@@ -152,6 +156,10 @@ type FleetStatus struct {
 	// Databases is how many databases the last listing returned; Target is
 	// this instance's share of them.
 	Databases, Target int
+	// Listed are the databases of the last listing, sorted.
+	Listed []string
+	// LeaseTTL is FleetConfig.LeaseTTL (or its default).
+	LeaseTTL time.Duration
 	// ListErr is the last error of FleetConfig.Databases, nil once a later
 	// call succeeded; LeaseErr the same for the Leaser.
 	ListErr, LeaseErr error
@@ -168,6 +176,7 @@ type fleetShard struct {
 	done       chan struct{}
 	stopping   bool
 	proc       *Processor
+	store      Store // the database's store while its processor runs
 	err        error
 	calls      atomic.Int64
 }
@@ -559,9 +568,16 @@ func (f *Fleet) serveOnce(ctx context.Context, sh *fleetShard) error {
 	if err != nil {
 		return err
 	}
+	// sh.err stays until the processor runs (Status hides it then): a
+	// retry's probe is still failing until it passes.
 	f.mu.Lock()
-	sh.proc, sh.err = p, nil
+	sh.proc, sh.store = p, ss.Store
 	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		sh.store = nil // closed when serveOnce returns
+		f.mu.Unlock()
+	}()
 	return p.Run(ctx)
 }
 
@@ -570,8 +586,8 @@ func (f *Fleet) serveOnce(ctx context.Context, sh *fleetShard) error {
 func (f *Fleet) Status() FleetStatus {
 	f.mu.Lock()
 	st := FleetStatus{
-		ID: f.cfg.ID, Members: slices.Clone(f.members), Databases: len(f.dbs),
-		ListErr: f.listErr, LeaseErr: f.leaseErr,
+		ID: f.cfg.ID, Members: slices.Clone(f.members), Databases: len(f.dbs), Listed: slices.Clone(f.dbs),
+		LeaseTTL: f.cfg.LeaseTTL, ListErr: f.listErr, LeaseErr: f.leaseErr,
 	}
 	if len(f.members) > 0 {
 		st.Target = f.targetLocked()
@@ -584,18 +600,105 @@ func (f *Fleet) Status() FleetStatus {
 	for _, sh := range f.shards {
 		items = append(items, item{ShardStatus{
 			Database: sh.name, Epoch: sh.lease.Epoch, AcquiredAt: sh.acquiredAt, RenewedAt: sh.renewedAt,
-			Stopping: sh.stopping, Err: sh.err, StoreCalls: sh.calls.Load(),
+			LeaseExpiresAt: sh.renewedAt.Add(f.cfg.LeaseTTL), Stopping: sh.stopping, Err: sh.err, StoreCalls: sh.calls.Load(),
 		}, sh.proc})
 	}
 	f.mu.Unlock()
 	for _, it := range items {
 		if it.proc != nil {
 			it.s.Health, it.s.Progress = it.proc.Health(), it.proc.Progress()
+			if it.s.Health.Running {
+				it.s.Err = nil
+			}
 		}
 		st.Shards = append(st.Shards, it.s)
 	}
 	slices.SortFunc(st.Shards, func(a, b ShardStatus) int { return cmp.Compare(a.Database, b.Database) })
 	return st
+}
+
+// Leases returns the lease of every database that has one, live or
+// expired, whoever holds it: the fleet as the coordination store sees it
+// (Status is this instance's view). It is one ShardLeaser.ShardList call.
+func (f *Fleet) Leases(ctx context.Context) ([]ShardLease, error) {
+	return f.cfg.Leaser.ShardList(ctx, ShardListParams{})
+}
+
+// ShardBacklog is what waits in one database: its PENDING messages that
+// are due.
+type ShardBacklog struct {
+	// Database is the database's name.
+	Database string
+	// Known reports that the store counted (it implements
+	// PendingTopicLister and answered); Pending and OldestDueAt are
+	// meaningless otherwise.
+	Known bool
+	// Pending counts the PENDING messages due now, over every topic and
+	// tenant.
+	Pending int64
+	// OldestDueAt is the earliest due time among them; zero when none is
+	// due.
+	OldestDueAt time.Time
+	// Err is the store's error, when it failed.
+	Err error
+}
+
+// Backlogs counts the due PENDING messages of each database whose
+// processor runs in this instance, one MessagePendingTopics call per
+// database (PostgreSQL reads them from the partial index of pending
+// messages), made at once within the fleet's store-call budget
+// (MaxStoreCalls) but not counted in ShardStatus.StoreCalls. Databases
+// whose store cannot count are returned with Known false. The result is
+// sorted by database.
+func (f *Fleet) Backlogs(ctx context.Context) []ShardBacklog {
+	type item struct {
+		name  string
+		store Store
+	}
+	f.mu.Lock()
+	items := make([]item, 0, len(f.shards))
+	for _, sh := range f.shards {
+		if sh.store != nil && !sh.stopping {
+			items = append(items, item{sh.name, sh.store})
+		}
+	}
+	f.mu.Unlock()
+	out := make([]ShardBacklog, len(items))
+	var wg sync.WaitGroup
+	now := time.Now()
+	for i, it := range items {
+		out[i].Database = it.name
+		l, ok := it.store.(PendingTopicLister)
+		if !ok {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case f.budget <- struct{}{}:
+			case <-ctx.Done():
+				out[i].Err = ctx.Err()
+				return
+			}
+			topics, err := l.MessagePendingTopics(ctx, MessagePendingTopicsParams{DueBefore: now})
+			<-f.budget
+			if err != nil {
+				out[i].Err = err
+				return
+			}
+			out[i].Known = true
+			for _, t := range topics {
+				out[i].Pending += t.Messages
+				if !t.OldestDueAt.IsZero() && (out[i].OldestDueAt.IsZero() || t.OldestDueAt.Before(out[i].OldestDueAt)) {
+					out[i].OldestDueAt = t.OldestDueAt
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	slices.SortFunc(out, func(a, b ShardBacklog) int { return cmp.Compare(a.Database, b.Database) })
+	return out
 }
 
 // fleetStore is a database's store as its processor sees it in a fleet:

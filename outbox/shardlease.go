@@ -47,6 +47,11 @@ type ShardLease struct {
 	Epoch int64
 	// Expired reports that the lease ran out or was released.
 	Expired bool
+	// ExpiresAt is when the lease runs out unless renewed, by the
+	// coordination store's clock; zero when it was released, or when the
+	// ShardLeaser does not tell (it is for operators: the fleet decides by
+	// Expired).
+	ExpiresAt time.Time
 }
 
 // ShardAcquireParams names the shards a member tries to take.

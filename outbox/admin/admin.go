@@ -16,9 +16,9 @@
 // and bulk requeue or cancel (a dry-run count first), a page per message
 // (its history, payload, attempts and trace ID), the groups and what holds
 // them (a dead letter under the block policy, outbox.DeadLetterBlock, a
-// pause, a retry), the processors and their leases, and the storage report
-// when the store has one (outbox.StorageReporter). The API, under
-// /outbox/api/:
+// pause, a retry), the processors and their leases, the storage report
+// when the store has one (outbox.StorageReporter), and the databases of
+// the fleet the host runs (Config.Fleet). The API, under /outbox/api/:
 //
 //	GET    api/stats                       counts by status and oldest pending age per topic, pauses, warnings,
 //	                                       and the storage report when the store has one (outbox.StorageReporter)
@@ -32,6 +32,9 @@
 //	GET    api/groups[?blocked=true]       groups with waiting messages: their head and what holds them
 //	GET    api/processors                  processors: leases held, and health and progress of Config.Processors
 //	GET    api/activity                    the last hour per minute: enqueued, published, failed, latency
+//	GET    api/fleet[?backlog=true]        the fleet's databases (Config.Fleet): lease owner, epoch and expiry, and
+//	                                       for those this instance serves health, progress, last error kind and
+//	                                       (backlog=true, one query per database) the due PENDING messages
 //	GET    api/pauses                      paused topics and groups
 //	POST   api/pauses                      pause: {"topic": "...", "group": "", "tenant": ""}
 //	DELETE api/pauses?topic=&group=&tenant=    resume
@@ -94,6 +97,12 @@ type Config struct {
 	// ProcessorReporter). Optional: processors of other processes show
 	// through the leases they hold.
 	Processors []ProcessorReporter
+	// Fleet is the fleet running in the host's process (*outbox.Fleet),
+	// whose databases GET api/fleet and the console's Fleet section show:
+	// each database's lease (owner, epoch, expiry), and for those this
+	// instance serves their processor's health, progress and backlog.
+	// Optional.
+	Fleet FleetReporter
 	// ScanLimit bounds the messages one console view reads (search by
 	// idempotency key or provider message ID, groups, processors' leases,
 	// the last hour's activity); a view that stops there says it is
@@ -174,6 +183,7 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /api/groups", h.groups)
 	h.mux.HandleFunc("GET /api/processors", h.processors)
 	h.mux.HandleFunc("GET /api/activity", h.activity)
+	h.mux.HandleFunc("GET /api/fleet", h.fleet)
 	h.mux.HandleFunc("GET /api/pauses", h.pauses)
 	h.mux.HandleFunc("POST /api/pauses", h.pause)
 	h.mux.HandleFunc("DELETE /api/pauses", h.resume)
@@ -266,7 +276,9 @@ type Stats struct {
 	Storage *Storage `json:"storage,omitempty"`
 	// Warnings are what an operator should look at (see Warning).
 	Warnings []Warning `json:"warnings"`
-	Now      time.Time `json:"now"`
+	// Fleet reports that Config.Fleet is set: GET api/fleet answers.
+	Fleet bool      `json:"fleet"`
+	Now   time.Time `json:"now"`
 }
 
 // Storage is the JSON form of an outbox.StorageStats.
@@ -301,7 +313,7 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := h.cfg.Clock.Now()
-	out := Stats{Topics: []TopicStat{}, Totals: map[outbox.Status]int64{}, Pauses: pausesJSON(pauses), Now: now}
+	out := Stats{Topics: []TopicStat{}, Totals: map[outbox.Status]int64{}, Pauses: pausesJSON(pauses), Fleet: h.cfg.Fleet != nil, Now: now}
 	for _, st := range outbox.Statuses() {
 		out.Totals[st] = 0
 	}

@@ -226,6 +226,8 @@ func TestBadInputIsRefused(t *testing.T) {
 		{http.MethodGet, "api/groups?blocked=maybe", nil, 400},
 		{http.MethodGet, "api/processors?x=1", nil, 400},
 		{http.MethodGet, "api/activity?x=1", nil, 400},
+		{http.MethodGet, "api/fleet?x=1", nil, 400},
+		{http.MethodGet, "api/fleet", nil, 404}, // no fleet configured
 	}
 	before := f.counts()
 	for _, c := range cases {
@@ -268,6 +270,9 @@ func TestAPI(t *testing.T) {
 	}
 	if stats.Storage != nil {
 		t.Errorf("a store without a storage report (sqlite) answered one: %+v", stats.Storage)
+	}
+	if stats.Fleet {
+		t.Error("stats say a fleet is configured; Config.Fleet is nil")
 	}
 	if stats.Topics[0].OldestPendingAt == nil || stats.Topics[0].OldestPendingAgeSeconds < 0 {
 		t.Errorf("orders has PENDING messages but no oldest pending time: %+v", stats.Topics[0])

@@ -73,6 +73,9 @@ func TestDashboardInChromium(t *testing.T) {
 	if hidden := eval(`String(document.getElementById("storage").hidden)`); hidden != "true" {
 		t.Errorf("the storage section shows for a store without a storage report (sqlite)")
 	}
+	if hidden := eval(`String(document.getElementById("fleet").hidden && document.getElementById("nav-fleet").hidden)`); hidden != "true" {
+		t.Errorf("the fleet section shows without a fleet (Config.Fleet nil)")
+	}
 	ordersFailed := text(`#stats tr[data-topic="orders"] td[data-status="FAILED"]`)
 	ordersPending := text(`#stats tr[data-topic="orders"] td[data-status="PENDING"]`)
 	smsFailed := text(`#stats tr[data-topic="sms"] td[data-status="FAILED"]`)

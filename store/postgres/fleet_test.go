@@ -435,3 +435,39 @@ func TestFleetFollowsDatabaseList(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestShardLeaseExpiresAt: a lease taken or renewed tells when it runs
+// out, by the database's clock; a released one tells nothing.
+func TestShardLeaseExpiresAt(t *testing.T) {
+	t.Parallel()
+	pg := testbackend.Postgres(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leaser := migratedLeaser(ctx, t, pg.Pool, pg.Name)
+	var before time.Time
+	if err := pg.Pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	got, err := leaser.ShardAcquire(ctx, outbox.ShardAcquireParams{Member: "m", Shards: []string{"s"}, TTL: time.Hour})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("acquire: %+v, %v", got, err)
+	}
+	if exp := got[0].ExpiresAt; exp.Before(before.Add(time.Hour)) || exp.After(before.Add(time.Hour+time.Minute)) {
+		t.Errorf("acquired at %s for an hour: expires at %s", before, exp)
+	}
+	renewed, err := leaser.ShardRenew(ctx, outbox.ShardRenewParams{Member: "m", Shards: []string{"s"}, TTL: 2 * time.Hour})
+	if err != nil || len(renewed) != 1 || !renewed[0].ExpiresAt.After(got[0].ExpiresAt) {
+		t.Fatalf("renewed for 2 hours: %+v, %v; want a later expiry than %s", renewed, err, got[0].ExpiresAt)
+	}
+	list, err := leaser.ShardList(ctx, outbox.ShardListParams{})
+	if err != nil || len(list) != 1 || !list[0].ExpiresAt.Equal(renewed[0].ExpiresAt) || list[0].Expired {
+		t.Fatalf("list: %+v, %v; want the renewed lease", list, err)
+	}
+	if err := leaser.ShardRelease(ctx, outbox.ShardReleaseParams{Member: "m", Shards: []string{"s"}}); err != nil {
+		t.Fatal(err)
+	}
+	list, err = leaser.ShardList(ctx, outbox.ShardListParams{})
+	if err != nil || len(list) != 1 || !list[0].Expired || !list[0].ExpiresAt.IsZero() {
+		t.Fatalf("after the release: %+v, %v; want it expired with no expiry time", list, err)
+	}
+}

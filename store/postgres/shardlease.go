@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -98,9 +99,13 @@ func scanLeases(rows pgx.Rows, op string) ([]outbox.ShardLease, error) {
 	var out []outbox.ShardLease
 	for rows.Next() {
 		var sl outbox.ShardLease
-		if err := rows.Scan(&sl.Shard, &sl.Owner, &sl.Epoch, &sl.Expired); err != nil {
+		var exp pgtype.Timestamptz // '-infinity' once released
+		if err := rows.Scan(&sl.Shard, &sl.Owner, &sl.Epoch, &sl.Expired, &exp); err != nil {
 			rows.Close()
 			return nil, wrapErr(op, err)
+		}
+		if exp.Valid && exp.InfinityModifier == pgtype.Finite {
+			sl.ExpiresAt = exp.Time.UTC()
 		}
 		out = append(out, sl)
 	}
@@ -117,7 +122,7 @@ func (l *ShardLeaser) ShardAcquire(ctx context.Context, p outbox.ShardAcquirePar
 		SELECT s, $1, 1, clock_timestamp() + $3::interval FROM unnest($2::text[]) s
 		ON CONFLICT (shard) DO UPDATE SET owner = excluded.owner, epoch = l.epoch + 1, expires_at = excluded.expires_at
 		WHERE l.expires_at <= clock_timestamp()
-		RETURNING shard, owner, epoch, false`, p.Member, p.Shards, p.TTL)
+		RETURNING shard, owner, epoch, false, expires_at`, p.Member, p.Shards, p.TTL)
 	if err != nil {
 		return nil, wrapErr("shard acquire", err)
 	}
@@ -126,7 +131,7 @@ func (l *ShardLeaser) ShardAcquire(ctx context.Context, p outbox.ShardAcquirePar
 
 // ShardList implements outbox.ShardLeaser.
 func (l *ShardLeaser) ShardList(ctx context.Context, _ outbox.ShardListParams) ([]outbox.ShardLease, error) {
-	rows, err := l.db.Query(ctx, `SELECT shard, owner, epoch, expires_at <= clock_timestamp() FROM `+l.leases+` ORDER BY shard`)
+	rows, err := l.db.Query(ctx, `SELECT shard, owner, epoch, expires_at <= clock_timestamp(), expires_at FROM `+l.leases+` ORDER BY shard`)
 	if err != nil {
 		return nil, wrapErr("shard list", err)
 	}
@@ -174,7 +179,7 @@ func (l *ShardLeaser) ShardRenew(ctx context.Context, p outbox.ShardRenewParams)
 	}
 	rows, err := l.db.Query(ctx, `UPDATE `+l.leases+` SET expires_at = clock_timestamp() + $3::interval
 		WHERE owner = $1 AND shard = ANY($2::text[]) AND expires_at > clock_timestamp()
-		RETURNING shard, owner, epoch, false`, p.Member, p.Shards, p.TTL)
+		RETURNING shard, owner, epoch, false, expires_at`, p.Member, p.Shards, p.TTL)
 	if err != nil {
 		return nil, wrapErr("shard renew", err)
 	}

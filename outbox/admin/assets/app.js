@@ -20,6 +20,8 @@
   let totals = {};
   let pauses = [];
   let pendingBulk = null;
+  // fleetOn: the host runs a fleet (api/stats says so); its section shows.
+  let fleetOn = false;
 
   function readHash() {
     const p = new URLSearchParams(location.hash.slice(1));
@@ -118,6 +120,8 @@
     $("chart-depth").replaceChildren(depthChart(s.topics));
     $("updated").textContent = "updated " + when(s.now);
     loadStorage(s.storage);
+    fleetOn = !!s.fleet;
+    $("fleet").hidden = $("nav-fleet").hidden = !fleetOn;
     renderStates();
   }
 
@@ -507,6 +511,39 @@
       [el("tr", {}, el("td", { colSpan: 10 }, "No processor holds a lease, and none is registered with this console."))]));
   }
 
+  // ---- Fleet ----
+
+  // loadFleet shows the fleet's databases: who holds each lease, and for
+  // the databases this instance serves, their processor and backlog.
+  async function loadFleet() {
+    if (!fleetOn) return;
+    const f = await api("GET", "fleet?backlog=true");
+    const members = f.members.length ? " of " + f.members.length + " (" + f.members.join(", ") + ")" : "";
+    $("fleet-summary").textContent = "Instance " + f.instance + members + ": serving " + f.serving + " of its share of " + f.target +
+      "; " + f.databases + " databases listed, " + f.unserved + " unserved. Lease period " + f.lease_ttl_seconds + " s.";
+    $("fleet-errors").replaceChildren(...[f.list_error, f.lease_error].filter((e) => e).map((e) => el("li", {}, e)));
+    const bad = new Set(["failing", "unhealthy", "unserved", "unknown"]);
+    const expires = (s) => {
+      if (!s.lease_expires_at) return "";
+      const secs = (new Date(s.lease_expires_at) - new Date(f.now)) / 1000;
+      return secs >= 0 ? "in " + secs.toFixed(1) + " s" : "expired";
+    };
+    $("fleet-table").tBodies[0].replaceChildren(...(f.shards.length ? f.shards.map((s) => {
+      const b = s.backlog;
+      return el("tr", { "data-database": s.database, "data-state": s.state, class: s.local ? "local" : "elsewhere" },
+        el("td", {}, el("code", {}, s.database)),
+        el("td", { class: bad.has(s.state) ? "bad" : "", "data-state": s.state }, s.state.replace("_", " ")),
+        el("td", { "data-owner": s.owner || "" }, s.owner ? s.owner + (s.local ? " (this instance)" : "") : (s.last_owner ? "none (last " + s.last_owner + ")" : "none")),
+        el("td", { class: "n" }, s.epoch || ""), el("td", {}, expires(s)),
+        el("td", { class: "n", "data-pending": b && !b.error ? b.pending : "" }, b ? (b.error ? "?" : b.pending) : ""),
+        el("td", { class: "n" }, b && !b.error ? age(b.oldest_due_age_seconds) : ""),
+        el("td", { class: "n" }, s.local ? s.in_flight : ""), el("td", { class: "n", "data-sent": s.local ? s.sent : "" }, s.local ? s.sent : ""),
+        el("td", { class: "n" }, s.local ? s.retried : ""), el("td", { class: "n" }, s.local ? s.dead_lettered : ""),
+        el("td", { class: "n" }, s.local ? s.store_calls : ""),
+        el("td", { class: "err" }, [s.error, b && b.error].filter((e) => e).join("; ")));
+    }) : [el("tr", {}, el("td", { colSpan: 13 }, "No database is listed or leased yet."))]));
+  }
+
   // ---- Refresh and wiring ----
 
   function syncForm() {
@@ -539,7 +576,7 @@
   async function refreshNow() {
     try {
       await loadStats();
-      await Promise.all([loadMessages(false), blockingCount(), loadActivity(), loadGroups(), loadProcessors(),
+      await Promise.all([loadMessages(false), blockingCount(), loadActivity(), loadGroups(), loadProcessors(), loadFleet(),
         state.m ? loadDetail(true) : null]);
       document.body.dataset.loaded = "true";
       document.body.dataset.refreshes = String(++refreshes);
