@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"sync"
@@ -388,7 +389,7 @@ func benchLogProto(ctx context.Context, c config, pool *pgxpool.Pool, procs, bac
 	wg.Wait()
 	close(errs)
 	claims, rescans, werr := stopWorkers()
-	if err := cmpOr(<-errs, werr); err != nil {
+	if err := errors.Join(<-errs, werr); err != nil {
 		return 0, "", err
 	}
 	worked := n1 - n0
@@ -406,15 +407,6 @@ func benchLogProto(ctx context.Context, c config, pool *pgxpool.Pool, procs, bac
 		note += fmt.Sprintf(", PostgreSQL CPU %.0f µs/msg", float64((cpu1-cpu0).Microseconds())/float64(worked))
 	}
 	return float64(worked) / elapsed.Seconds(), note, nil
-}
-
-func cmpOr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // lpWorkers runs procs workers on ws until stop: each claims (c.claimBatch,
