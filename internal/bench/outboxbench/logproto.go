@@ -72,26 +72,45 @@ CREATE TABLE %[1]s.groups (
 const lpLatest = `SELECT done, upto, token, at FROM %[1]s.marks k
 	WHERE k.tenant = g.tenant AND k.topic = g.topic AND k.grp = g.grp ORDER BY mseq DESC LIMIT 1`
 
-// lpCandidates reads a window of the log from $1, groups it, keeps the
-// groups with messages past their done mark, and returns the floor the
-// next window may start from (the first unfinished message it saw, or the
-// window's end) and, try-locked, the groups not leased whose first
-// messages fill the claim's $3.
+// lpCandidates finds the groups a claim may take, in two append-only
+// windows: the log from $1 ($2 rows: messages enqueued since the floor),
+// and the marks after $5 (groups whose state changed since this claimer
+// last looked: a run finished, with more messages behind it). It reads
+// each group's latest mark, keeps those with messages past their done mark
+// that are not leased, and try-locks them in order of their first message
+// until their runs fill the claim's $3 (at most $4 each). Its first row
+// gives the floor the next log window may start from, which counts only
+// groups that are idle (a leased group is found again through its done
+// mark, so it never holds the floor back), and the last mark it read.
 const lpCandidates = `
-WITH w AS MATERIALIZED (
-	SELECT tenant, topic, grp, min(seq) AS first, max(seq) AS last, count(*) AS n, max(max(seq)) OVER () AS wend
+WITH w0 AS MATERIALIZED (
+	SELECT tenant, topic, grp, min(seq) AS first, max(seq) AS last, count(*) AS n
 	FROM (SELECT seq, tenant, topic, grp FROM %[1]s.log WHERE seq > $1 ORDER BY seq LIMIT $2) x
 	GROUP BY tenant, topic, grp),
+rm AS MATERIALIZED (
+	SELECT tenant, topic, grp, max(mseq) AS mseq FROM %[1]s.marks WHERE mseq > $5 AND token = 0
+	GROUP BY tenant, topic, grp),
+w AS (
+	SELECT tenant, topic, grp, first, last, n FROM w0
+	UNION ALL
+	SELECT tenant, topic, grp, 0, 0, $4 FROM rm
+	WHERE NOT EXISTS (SELECT 1 FROM w0 WHERE w0.tenant = rm.tenant AND w0.topic = rm.topic AND w0.grp = rm.grp)),
 s AS MATERIALIZED (
-	SELECT g.*, coalesce(m.done, 0) AS done, coalesce(m.token, 0) AS token, m.at
+	SELECT g.tenant, g.topic, g.grp, g.n, g.first > 0 AS in_window, coalesce(m.done, 0) AS done, coalesce(m.token, 0) AS token, m.at,
+		CASE WHEN g.first > 0 THEN g.first ELSE nx.seq END AS first
 	FROM w g LEFT JOIN LATERAL (` + lpLatest + `) m ON true
-	WHERE coalesce(m.done, 0) < g.last),
+	LEFT JOIN LATERAL (SELECT seq FROM %[1]s.log l
+		WHERE g.first = 0 AND l.tenant = g.tenant AND l.topic = g.topic AND l.grp = g.grp AND l.seq > coalesce(m.done, 0)
+		ORDER BY seq LIMIT 1) nx ON true
+	WHERE CASE WHEN g.first > 0 THEN coalesce(m.done, 0) < g.last ELSE nx.seq IS NOT NULL END),
 c AS MATERIALIZED (
 	SELECT s.*, sum(least(n, $4)) OVER (ORDER BY first) - least(n, $4) AS before FROM s
 	WHERE token = 0 OR at < now() - interval '30 seconds')
-SELECT NULL::text, NULL::text, NULL::text, (SELECT coalesce(min(greatest(done, first - 1)), (SELECT max(wend) FROM w)) FROM s)
+SELECT NULL::text, NULL::text, NULL::text,
+	(SELECT coalesce(min(greatest(done, first - 1)) FILTER (WHERE in_window AND token = 0), (SELECT max(last) FROM w0)) FROM s),
+	(SELECT max(mseq) FROM rm)
 UNION ALL
-(SELECT tenant, topic, grp, NULL FROM c
+(SELECT tenant, topic, grp, NULL, NULL FROM c
 	WHERE before < $3 AND pg_try_advisory_xact_lock(2, hashtext(tenant || '/' || topic || '/' || grp))
 	ORDER BY first)`
 
@@ -188,6 +207,7 @@ type lpClaimer struct {
 	limit, margin   int
 	lastRescanCost  time.Duration
 	rescans, claims int
+	markSeen        int64 // the last mark the candidates read (less the margin next time: late commits)
 }
 
 // claim leases up to limit messages; it returns them with the runs to
@@ -211,7 +231,7 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 	var msgs []outbox.Message
 	var runs []lpRun
 	err := pgx.BeginFunc(ctx, c.s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, c.s.q["cand"], from, c.window, c.limit, c.perGrp)
+		rows, err := tx.Query(ctx, c.s.q["cand"], from, c.window, c.limit, c.perGrp, max(c.markSeen-int64(c.margin), 0))
 		if err != nil {
 			return err
 		}
@@ -219,12 +239,15 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 		floor := int64(-1)
 		for rows.Next() {
 			var t, p, g *string
-			var f *int64
-			if err := rows.Scan(&t, &p, &g, &f); err != nil {
+			var f, mk *int64
+			if err := rows.Scan(&t, &p, &g, &f, &mk); err != nil {
 				return err
 			}
 			if f != nil {
 				floor = *f
+			}
+			if mk != nil {
+				c.markSeen = max(c.markSeen, *mk)
 			}
 			if g != nil {
 				ts, ps, gs = append(ts, *t), append(ps, *p), append(gs, *g)
