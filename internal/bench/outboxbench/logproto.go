@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,12 +56,17 @@ CREATE TABLE %[1]s.marks (
     tenant text COLLATE "C" NOT NULL,
     topic  text COLLATE "C" NOT NULL,
     grp    text COLLATE "C" NOT NULL,
+    kind   text NOT NULL CHECK (kind IN ('done', 'lease', 'retry')),
     done   bigint NOT NULL,
     upto   bigint NOT NULL,
     token  bigint NOT NULL,
-    at     timestamptz NOT NULL DEFAULT now()
+    at     timestamptz NOT NULL DEFAULT now(),
+    not_before timestamptz,
+    attempts   integer NOT NULL DEFAULT 0
 );
 CREATE INDEX marks_grp ON %[1]s.marks (tenant, topic, grp, mseq);
+CREATE INDEX marks_due ON %[1]s.marks (not_before) WHERE kind = 'retry';
+CREATE INDEX marks_lease ON %[1]s.marks (at) WHERE kind = 'lease';
 CREATE TABLE %[1]s.groups (
     tenant text COLLATE "C" NOT NULL,
     topic  text COLLATE "C" NOT NULL,
@@ -69,34 +76,49 @@ CREATE TABLE %[1]s.groups (
 `
 
 // lpLatest is a group's latest mark, as a LATERAL subquery on g.
-const lpLatest = `SELECT done, upto, token, at FROM %[1]s.marks k
+const lpLatest = `SELECT kind, done, upto, token, at, not_before, attempts FROM %[1]s.marks k
 	WHERE k.tenant = g.tenant AND k.topic = g.topic AND k.grp = g.grp ORDER BY mseq DESC LIMIT 1`
 
-// lpCandidates finds the groups a claim may take, in two append-only
-// windows: the log from $1 ($2 rows: messages enqueued since the floor),
-// and the marks after $5 (groups whose state changed since this claimer
-// last looked: a run finished, with more messages behind it). It reads
+// lpClaimable is whether a group whose latest mark is m may be claimed: it
+// has none, its last run is done, its retry is due, or its lease (of $7
+// seconds) expired.
+const lpClaimable = `(m.kind IS NULL OR m.kind = 'done' OR (m.kind = 'retry' AND m.not_before <= now())
+	OR (m.kind = 'lease' AND m.at < now() - make_interval(secs => $7)))`
+
+// lpCandidates finds the groups a claim may take, from append-only
+// windows: the log from $1 ($2 rows: messages enqueued since the floor);
+// the marks after $5 (groups whose run finished since this claimer last
+// looked, with more messages behind it); and, by time since $6, the retry
+// marks that came due and the leases ($7 seconds) that expired. It reads
 // each group's latest mark, keeps those with messages past their done mark
-// that are not leased, and try-locks them in order of their first message
+// that may be claimed, and try-locks them in order of their first message
 // until their runs fill the claim's $3 (at most $4 each). Its first row
 // gives the floor the next log window may start from, which counts only
-// groups that are idle (a leased group is found again through its done
-// mark, so it never holds the floor back), and the last mark it read.
+// idle groups (a leased or retrying group is found again through the mark
+// that ends its wait, so it never holds the floor back), the last mark it
+// read, and the statement's time.
 const lpCandidates = `
 WITH w0 AS MATERIALIZED (
 	SELECT tenant, topic, grp, min(seq) AS first, max(seq) AS last, count(*) AS n
 	FROM (SELECT seq, tenant, topic, grp FROM %[1]s.log WHERE seq > $1 ORDER BY seq LIMIT $2) x
 	GROUP BY tenant, topic, grp),
 rm AS MATERIALIZED (
-	SELECT tenant, topic, grp, max(mseq) AS mseq FROM %[1]s.marks WHERE mseq > $5 AND token = 0
+	SELECT tenant, topic, grp, max(mseq) AS mseq FROM %[1]s.marks WHERE mseq > $5 AND kind <> 'lease'
 	GROUP BY tenant, topic, grp),
+due AS MATERIALIZED (
+	SELECT DISTINCT tenant, topic, grp FROM %[1]s.marks
+	WHERE kind = 'retry' AND not_before > $6 AND not_before <= now()
+	UNION
+	SELECT DISTINCT tenant, topic, grp FROM %[1]s.marks
+	WHERE kind = 'lease' AND at > $6 - make_interval(secs => $7) AND at <= now() - make_interval(secs => $7)),
 w AS (
 	SELECT tenant, topic, grp, first, last, n FROM w0
 	UNION ALL
-	SELECT tenant, topic, grp, 0, 0, $4 FROM rm
-	WHERE NOT EXISTS (SELECT 1 FROM w0 WHERE w0.tenant = rm.tenant AND w0.topic = rm.topic AND w0.grp = rm.grp)),
+	SELECT tenant, topic, grp, 0, 0, $4 FROM (SELECT tenant, topic, grp FROM rm UNION SELECT tenant, topic, grp FROM due) o
+	WHERE NOT EXISTS (SELECT 1 FROM w0 WHERE w0.tenant = o.tenant AND w0.topic = o.topic AND w0.grp = o.grp)),
 s AS MATERIALIZED (
-	SELECT g.tenant, g.topic, g.grp, g.n, g.first > 0 AS in_window, coalesce(m.done, 0) AS done, coalesce(m.token, 0) AS token, m.at,
+	SELECT g.tenant, g.topic, g.grp, g.n, g.first > 0 AS in_window, coalesce(m.done, 0) AS done,
+		m.kind IS NULL OR m.kind = 'done' AS idle, ` + lpClaimable + ` AS claimable,
 		CASE WHEN g.first > 0 THEN g.first ELSE nx.seq END AS first
 	FROM w g LEFT JOIN LATERAL (` + lpLatest + `) m ON true
 	LEFT JOIN LATERAL (SELECT seq FROM %[1]s.log l
@@ -104,13 +126,12 @@ s AS MATERIALIZED (
 		ORDER BY seq LIMIT 1) nx ON true
 	WHERE CASE WHEN g.first > 0 THEN coalesce(m.done, 0) < g.last ELSE nx.seq IS NOT NULL END),
 c AS MATERIALIZED (
-	SELECT s.*, sum(least(n, $4)) OVER (ORDER BY first) - least(n, $4) AS before FROM s
-	WHERE token = 0 OR at < now() - interval '30 seconds')
+	SELECT s.*, sum(least(n, $4)) OVER (ORDER BY first) - least(n, $4) AS before FROM s WHERE claimable)
 SELECT NULL::text, NULL::text, NULL::text,
-	(SELECT coalesce(min(greatest(done, first - 1)) FILTER (WHERE in_window AND token = 0), (SELECT max(last) FROM w0)) FROM s),
-	(SELECT max(mseq) FROM rm)
+	(SELECT coalesce(min(greatest(done, first - 1)) FILTER (WHERE in_window AND idle), (SELECT max(last) FROM w0)) FROM s),
+	(SELECT max(mseq) FROM rm), now()
 UNION ALL
-(SELECT tenant, topic, grp, NULL, NULL FROM c
+(SELECT tenant, topic, grp, NULL, NULL, NULL FROM c
 	WHERE before < $3 AND pg_try_advisory_xact_lock(2, hashtext(tenant || '/' || topic || '/' || grp))
 	ORDER BY first)`
 
@@ -129,27 +150,29 @@ CROSS JOIN LATERAL (SELECT seq FROM %[1]s.log l
 // $5, after reading their marks again: the locks were taken by the
 // statement before, so this statement's snapshot holds every mark
 // committed under them.
-const lpTake = `
+var lpTake = `
 WITH g AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) AS g(tenant, topic, grp)),
 s AS MATERIALIZED (
-	SELECT g.*, coalesce(m.done, 0) AS done FROM g LEFT JOIN LATERAL (` + lpLatest + `) m ON true
-	WHERE m.token IS NULL OR m.token = 0 OR m.at < now() - interval '30 seconds'),
+	SELECT g.*, coalesce(m.done, 0) AS done, CASE WHEN m.kind = 'done' THEN 0 ELSE coalesce(m.attempts, 0) END AS attempts
+	FROM g LEFT JOIN LATERAL (` + lpLatest + `) m ON true
+	WHERE ` + strings.ReplaceAll(lpClaimable, "$7", "$6") + `),
 r AS MATERIALIZED (
-	SELECT s.tenant, s.topic, s.grp, s.done, l.seq, l.id, l.payload FROM s CROSS JOIN LATERAL (
+	SELECT s.tenant, s.topic, s.grp, s.done, s.attempts, l.seq, l.id, l.payload FROM s CROSS JOIN LATERAL (
 		SELECT seq, id, payload FROM %[1]s.log l
 		WHERE l.tenant = s.tenant AND l.topic = s.topic AND l.grp = s.grp AND l.seq > s.done ORDER BY seq LIMIT $4) l),
-ins AS (INSERT INTO %[1]s.marks (tenant, topic, grp, done, upto, token)
-	SELECT tenant, topic, grp, done, max(seq), $5 FROM r GROUP BY tenant, topic, grp, done)
+ins AS (INSERT INTO %[1]s.marks (tenant, topic, grp, kind, done, upto, token, attempts)
+	SELECT tenant, topic, grp, 'lease', done, max(seq), $5, attempts + 1 FROM r GROUP BY tenant, topic, grp, done, attempts)
 SELECT tenant, topic, grp, seq, id, payload::text FROM r ORDER BY seq`
 
 // lpDone marks the runs finished, fenced by their lease's token; run after
 // the groups' locks are held (blocking, in key order: finishes never
 // deadlock, claims only try).
 const lpDone = `
-INSERT INTO %[1]s.marks (tenant, topic, grp, done, upto, token)
-SELECT g.tenant, g.topic, g.grp, g.upto, g.upto, 0
-FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS g(tenant, topic, grp, upto)
-CROSS JOIN LATERAL (` + lpLatest + `) m WHERE m.token = $5`
+INSERT INTO %[1]s.marks (tenant, topic, grp, kind, done, upto, token, not_before, attempts)
+SELECT g.tenant, g.topic, g.grp, CASE WHEN g.retry_at IS NULL THEN 'done' ELSE 'retry' END, g.upto, g.upto, 0, g.retry_at, m.attempts
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $6::timestamptz[]) AS g(tenant, topic, grp, upto, retry_at)
+CROSS JOIN LATERAL (` + lpLatest + `) m WHERE m.kind = 'lease' AND m.token = $5
+RETURNING grp`
 
 type lpStore struct {
 	pool   *pgxpool.Pool
@@ -196,7 +219,8 @@ func (s *lpStore) enqueue(ctx context.Context, msgs []outbox.Message) error {
 
 type lpRun struct {
 	tenant, topic, grp string
-	upto               int64
+	upto               int64      // the last message sent: the group's done mark
+	retryAt            *time.Time // set: the message after upto failed and waits until then
 }
 
 type lpClaimer struct {
@@ -207,7 +231,9 @@ type lpClaimer struct {
 	limit, margin   int
 	lastRescanCost  time.Duration
 	rescans, claims int
-	markSeen        int64 // the last mark the candidates read (less the margin next time: late commits)
+	markSeen        int64     // the last mark the candidates read (less the margin next time: late commits)
+	dueFrom         time.Time // the time windows (retries due, leases expired) start here
+	lease           time.Duration
 }
 
 // claim leases up to limit messages; it returns them with the runs to
@@ -231,7 +257,8 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 	var msgs []outbox.Message
 	var runs []lpRun
 	err := pgx.BeginFunc(ctx, c.s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, c.s.q["cand"], from, c.window, c.limit, c.perGrp, max(c.markSeen-int64(c.margin), 0))
+		lease := cmp.Or(c.lease, 30*time.Second).Seconds()
+		rows, err := tx.Query(ctx, c.s.q["cand"], from, c.window, c.limit, c.perGrp, max(c.markSeen-int64(c.margin), 0), c.dueFrom, lease)
 		if err != nil {
 			return err
 		}
@@ -240,8 +267,14 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 		for rows.Next() {
 			var t, p, g *string
 			var f, mk *int64
-			if err := rows.Scan(&t, &p, &g, &f, &mk); err != nil {
+			var at *time.Time
+			if err := rows.Scan(&t, &p, &g, &f, &mk, &at); err != nil {
 				return err
+			}
+			if at != nil {
+				// A mark that came due before this statement but
+				// committed after it is read by the next one.
+				c.dueFrom = at.Add(-5 * time.Second)
 			}
 			if f != nil {
 				floor = *f
@@ -262,7 +295,7 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 		if len(gs) == 0 {
 			return nil
 		}
-		rows, err = tx.Query(ctx, c.s.q["take"], ts, ps, gs, c.perGrp, token)
+		rows, err = tx.Query(ctx, c.s.q["take"], ts, ps, gs, c.perGrp, token, lease)
 		if err != nil {
 			return err
 		}
@@ -302,19 +335,22 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 	return msgs, runs, token, err
 }
 
-func (s *lpStore) finish(ctx context.Context, runs []lpRun, token int64) error {
+func (s *lpStore) finish(ctx context.Context, runs []lpRun, token int64) (applied int, err error) {
 	n := len(runs)
-	ts, ps, gs, up := make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
+	ts, ps, gs, up, at := make([]string, n), make([]string, n), make([]string, n), make([]int64, n), make([]*time.Time, n)
 	for i, r := range runs {
-		ts[i], ps[i], gs[i], up[i] = r.tenant, r.topic, r.grp, r.upto
+		ts[i], ps[i], gs[i], up[i], at[i] = r.tenant, r.topic, r.grp, r.upto, r.retryAt
 	}
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		b.Queue(`SELECT pg_advisory_xact_lock(2, h) FROM (SELECT DISTINCT hashtext(t || '/' || p || '/' || g) AS h
-			FROM unnest($1::text[], $2::text[], $3::text[]) AS u(t, p, g) ORDER BY 1) x`, ts, ps, gs)
-		b.Queue(s.q["done"], ts, ps, gs, up, token)
-		return tx.SendBatch(ctx, b).Close()
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(2, h) FROM (SELECT DISTINCT hashtext(t || '/' || p || '/' || g) AS h
+			FROM unnest($1::text[], $2::text[], $3::text[]) AS u(t, p, g) ORDER BY 1) x`, ts, ps, gs); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, s.q["done"], ts, ps, gs, up, token, at)
+		applied = int(tag.RowsAffected())
+		return err
 	})
+	return applied, err
 }
 
 // benchLogProto is benchContinuous on the log prototype: 4 producers keep
@@ -459,7 +495,7 @@ func lpWorkers(ctx context.Context, ws *lpStore, pub *fifoPublisher, procs int, 
 					continue
 				}
 				pub.Publish(ctx, msgs)
-				if err := ws.finish(ctx, runs, token); err != nil {
+				if _, err := ws.finish(ctx, runs, token); err != nil {
 					if ctx.Err() == nil {
 						errs <- fmt.Errorf("finish: %w", err)
 					}

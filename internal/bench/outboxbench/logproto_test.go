@@ -69,7 +69,7 @@ func TestLogProtoLateCommit(t *testing.T) {
 				}
 				got[m.ID] = true
 			}
-			if err := s.finish(ctx, runs, token); err != nil {
+			if _, err := s.finish(ctx, runs, token); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -142,7 +142,7 @@ func TestLogProtoLeaseDoesNotHoldTheFloor(t *testing.T) {
 			for _, m := range msgs {
 				got[m.Group+"/"+m.ID] = true
 			}
-			if err := s.finish(ctx, runs, token); err != nil {
+			if _, err := s.finish(ctx, runs, token); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -150,7 +150,7 @@ func TestLogProtoLeaseDoesNotHoldTheFloor(t *testing.T) {
 	if n := len(drain()); n != 3000 {
 		t.Fatalf("with one group leased, the other claimer took %d of the 3,000 other messages", n)
 	}
-	if err := s.finish(ctx, heldRuns, heldToken); err != nil {
+	if _, err := s.finish(ctx, heldRuns, heldToken); err != nil {
 		t.Fatal(err)
 	}
 	got := drain()
@@ -169,4 +169,111 @@ func rest(t *testing.T, pool interface {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// lpSetup returns a fresh prototype schema with msgs enqueued.
+func lpSetup(t *testing.T, msgs ...outbox.Message) *lpStore {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := newPool(ctx, testbackend.PostgresDSN(t), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s, cleanup, err := newLogProto(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cleanup)
+	if err := s.enqueue(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// claimUntil claims with c until a claim returns messages or 30 s pass.
+func claimUntil(t *testing.T, c *lpClaimer) ([]outbox.Message, []lpRun, int64) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		msgs, runs, token, err := c.claim(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs) > 0 {
+			return msgs, runs, token
+		}
+	}
+	t.Fatal("nothing was claimed in 30 s")
+	return nil, nil, 0
+}
+
+func seqs(ms []outbox.Message) []int64 {
+	out := make([]int64, len(ms))
+	for i, m := range ms {
+		out[i] = m.Seq
+	}
+	return out
+}
+
+// TestLogProtoRetryHoldsItsGroup: a run whose second message failed marks
+// the first done and the second waiting; nothing of the group is claimed
+// until the wait ends, and then the rest of the run, in order, through the
+// retry's due time (the window has moved on, the backstop is off and the
+// lease outlasts the test).
+func TestLogProtoRetryHoldsItsGroup(t *testing.T) {
+	m := func(g string) outbox.Message { return outbox.Message{Topic: "bench", Group: g, Payload: []byte(`{}`)} }
+	s := lpSetup(t, m("g"), m("g"), m("g"), m("h"))
+	ctx := context.Background()
+	c := &lpClaimer{s: s, window: 100, perGrp: 100, limit: 100, lease: time.Hour, nextRescan: time.Now().Add(time.Hour)}
+	msgs, _, token, err := c.claim(ctx)
+	if err != nil || len(msgs) != 4 {
+		t.Fatalf("claimed %v, %v; want all 4", msgs, err)
+	}
+	at := time.Now().Add(1500 * time.Millisecond)
+	runs := []lpRun{{tenant: "", topic: "bench", grp: "g", upto: msgs[0].Seq, retryAt: &at}, {tenant: "", topic: "bench", grp: "h", upto: msgs[3].Seq}}
+	if n, err := s.finish(ctx, runs, token); err != nil || n != 2 {
+		t.Fatalf("finish applied %d, %v; want 2", n, err)
+	}
+	if got, _, _, err := c.claim(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("before the retry was due, claimed %v, %v", seqs(got), err)
+	}
+	got, _, _ := claimUntil(t, c)
+	if time.Now().Before(at) {
+		t.Fatalf("claimed %v before the retry was due", seqs(got))
+	}
+	if len(got) != 2 || got[0].Seq != msgs[1].Seq || got[1].Seq != msgs[2].Seq {
+		t.Fatalf("after the retry came due, claimed %v; want %v", seqs(got), seqs(msgs[1:3]))
+	}
+}
+
+// TestLogProtoExpiredLeaseIsTakenOverAndFenced: a run whose lease expired
+// (its processor stalled) is claimed again from its start by another
+// claimer, found through the lease's expiry time; the stalled claimer's
+// late outcome is refused by the claim token, and the new one's applies.
+func TestLogProtoExpiredLeaseIsTakenOverAndFenced(t *testing.T) {
+	m := outbox.Message{Topic: "bench", Group: "g", Payload: []byte(`{}`)}
+	s := lpSetup(t, m, m)
+	ctx := context.Background()
+	a := &lpClaimer{s: s, window: 100, perGrp: 100, limit: 100, lease: time.Second}
+	first, firstRuns, firstToken, err := a.claim(ctx)
+	if err != nil || len(first) != 2 {
+		t.Fatalf("claimed %v, %v; want both", first, err)
+	}
+	b := &lpClaimer{s: s, window: 100, perGrp: 100, limit: 100, lease: time.Second, nextRescan: time.Now().Add(time.Hour)}
+	if got, _, _, err := b.claim(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("while the lease was live, claimed %v, %v", seqs(got), err)
+	}
+	again, runs, token := claimUntil(t, b)
+	if len(again) != 2 || again[0].Seq != first[0].Seq || again[1].Seq != first[1].Seq {
+		t.Fatalf("after the lease expired, claimed %v; want %v", seqs(again), seqs(first))
+	}
+	if n, err := s.finish(ctx, firstRuns, firstToken); err != nil || n != 0 {
+		t.Fatalf("the stalled claim's late outcome applied to %d groups, %v; want 0", n, err)
+	}
+	if n, err := s.finish(ctx, runs, token); err != nil || n != 1 {
+		t.Fatalf("the new claim's outcome applied to %d groups, %v; want 1", n, err)
+	}
+	if got, _, _, err := b.claim(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("after the run was done, claimed %v, %v", seqs(got), err)
+	}
 }
