@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -111,7 +112,12 @@ func TestFleetChaos(t *testing.T) {
 	t.Logf("%d databases created and migrated in %s", nDBs, time.Since(setupStart).Round(time.Millisecond))
 
 	// The processes: slot i runs member "p<i>-<incarnation>".
-	logDir := t.TempDir()
+	// OUTBOXKIT_FLEET_LOGDIR keeps the processes' publications (*.log) and
+	// their fleet's and processors' logs (*.out) for a look after the run.
+	logDir := os.Getenv("OUTBOXKIT_FLEET_LOGDIR")
+	if logDir == "" {
+		logDir = t.TempDir()
+	}
 	type proc struct {
 		cmd  *exec.Cmd
 		done chan struct{}
@@ -511,6 +517,8 @@ func fleetChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The fleet's and the processors' logs go to the process's output file.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var outMu sync.Mutex
 	pub := outbox.PublisherFunc(func(ctx context.Context, ms []outbox.Message) []outbox.Result {
 		sh, _ := outbox.ShardFromContext(ctx)
@@ -556,7 +564,8 @@ func fleetChild(t *testing.T) {
 			}
 			return outbox.ShardStore{Store: s, Close: pool.Close}, nil
 		},
-		Processor: outbox.Config{AllTopics: true, ProcessingTimeout: chaosProcTimeout, RecoveryInterval: time.Second},
+		Logger:    logger,
+		Processor: outbox.Config{AllTopics: true, ProcessingTimeout: chaosProcTimeout, RecoveryInterval: time.Second, Logger: logger},
 	})
 	if err != nil {
 		t.Fatal(err)
