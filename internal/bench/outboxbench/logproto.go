@@ -188,15 +188,29 @@ func newLogProto(ctx context.Context, pool *pgxpool.Pool) (*lpStore, func(), err
 		return nil, nil, err
 	}
 	s.q = map[string]string{}
-	for k, v := range map[string]string{"cand": lpCandidates, "take": lpTake, "done": lpDone, "backstop": lpBackstop} {
+	for k, v := range map[string]string{"cand": lpCandidates, "take": lpTake, "done": lpDone, "backstop": lpBackstop, "enqueue": lpEnqueue} {
 		s.q[k] = fmt.Sprintf(v, s.schema)
 	}
 	return s, func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+s.schema+" CASCADE") }, nil
 }
 
-// enqueue inserts msgs in one transaction, holding each group's enqueue
-// lock (key 1) to the commit, as the store does.
+// lpEnqueue inserts a batch in one statement: the groups' enqueue locks
+// (key space 1, held to the commit, in key order), the log rows, and the
+// groups the registry does not know yet (a probe, no write, for the others).
+// The scalar subqueries make the locks come first.
+const lpEnqueue = `
+WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, t, p, g, pl)),
+l AS (SELECT count(pg_advisory_xact_lock(1, h)) AS n FROM (SELECT DISTINCT hashtext(t || '/' || p || '/' || g) AS h FROM u ORDER BY 1) x),
+reg AS (INSERT INTO %[1]s.groups SELECT DISTINCT t, p, g FROM u WHERE (SELECT n FROM l) >= 0 ON CONFLICT DO NOTHING)
+INSERT INTO %[1]s.log (id, tenant, topic, grp, payload) SELECT id, t, p, g, pl::json FROM u WHERE (SELECT n FROM l) >= 0`
+
+// enqueue inserts msgs in one transaction of its own.
 func (s *lpStore) enqueue(ctx context.Context, msgs []outbox.Message) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.enqueueTx(ctx, tx, msgs) })
+}
+
+// enqueueTx inserts msgs in the caller's transaction.
+func (s *lpStore) enqueueTx(ctx context.Context, tx pgx.Tx, msgs []outbox.Message) error {
 	n := len(msgs)
 	ids, tenants, topics, grps, pls := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for i, m := range msgs {
@@ -204,17 +218,8 @@ func (s *lpStore) enqueue(ctx context.Context, msgs []outbox.Message) error {
 		_, _ = rand.Read(b[:])
 		ids[i], tenants[i], topics[i], grps[i], pls[i] = hex.EncodeToString(b[:]), "", m.Topic, m.Group, string(m.Payload)
 	}
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		b.Queue(`SELECT pg_advisory_xact_lock(1, h) FROM (SELECT DISTINCT hashtext(t || '/' || p || '/' || g) AS h
-			FROM unnest($1::text[], $2::text[], $3::text[]) AS u(t, p, g) ORDER BY 1) x`, tenants, topics, grps)
-		b.Queue(fmt.Sprintf(`INSERT INTO %s.log (id, tenant, topic, grp, payload)
-			SELECT id, t, p, g, pl::json FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, t, p, g, pl)`, s.schema),
-			ids, tenants, topics, grps, pls)
-		b.Queue(fmt.Sprintf(`INSERT INTO %s.groups SELECT DISTINCT t, p, g FROM unnest($1::text[], $2::text[], $3::text[]) AS u(t, p, g)
-			ON CONFLICT DO NOTHING`, s.schema), tenants, topics, grps)
-		return tx.SendBatch(ctx, b).Close()
-	})
+	_, err := tx.Exec(ctx, s.q["enqueue"], ids, tenants, topics, grps, pls)
+	return err
 }
 
 type lpRun struct {
@@ -594,4 +599,48 @@ func lpGroup(n int) string {
 		return groupNames[n]
 	}
 	return fmt.Sprintf("group-%04d", n)
+}
+
+// benchLogProtoEnqueue is benchEnqueue on the log prototype: c.clients
+// transactions at a time, each enqueueing per messages over spread random
+// groups, for c.enqueueFor. The prototype sends no notification (the store
+// does, coalesced).
+func benchLogProtoEnqueue(ctx context.Context, c config, pool *pgxpool.Pool, per, spread int) (float64, string, error) {
+	s, cleanup, err := newLogProto(ctx, pool)
+	if err != nil {
+		return 0, "", err
+	}
+	defer cleanup()
+	var total atomic.Int64
+	deadline := time.Now().Add(c.enqueueFor)
+	var wg sync.WaitGroup
+	errs := make(chan error, c.clients)
+	start := time.Now()
+	for w := range c.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := mrand.New(mrand.NewPCG(uint64(w), 1))
+			msgs := make([]outbox.Message, per)
+			for i := 0; time.Now().Before(deadline); i++ {
+				base := rng.IntN(1000)
+				for j := range msgs {
+					g := groupNames[(base+j%spread)%1000]
+					msgs[j] = outbox.Message{Topic: "bench", Group: g, Payload: payload(g, i)}
+				}
+				if err := s.enqueue(ctx, msgs); err != nil {
+					errs <- err
+					return
+				}
+				total.Add(int64(per))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, "", err
+	}
+	return float64(total.Load()) / elapsed.Seconds(), "log prototype", nil
 }

@@ -299,6 +299,29 @@ func main() {
 				func() (float64, string, error) { return benchContinuous(ctx, c, pool, procs, c.backlog) }, nil, "worked/s", "", 0, 0)
 		}
 	}
+	if *only == "logproto-enqueue" {
+		// The store's enqueue and the prototype's, alternating round by
+		// round, against the same ceiling.
+		for _, per := range []int{1, 100} {
+			for i := range c.rounds {
+				name := fmt.Sprintf("enqueue, %d message(s) per transaction, %d clients", per, c.clients)
+				if pg != nil {
+					v, err := pg.insert(per, true)
+					if err != nil {
+						log.Fatal(err)
+					}
+					log.Printf("%s round %d: pgbench ceiling %.0f rows/s", name, i+1, v)
+				}
+				for _, f := range []func(context.Context, config, *pgxpool.Pool, int, int) (float64, string, error){benchEnqueue, benchLogProtoEnqueue} {
+					v, note, err := f(ctx, c, pool, per, 1)
+					if err != nil {
+						log.Fatal(err)
+					}
+					log.Printf("%s round %d: %.0f msg/s (%s)", name, i+1, v, note)
+				}
+			}
+		}
+	}
 	if *only == "logproto" {
 		for _, procs := range procCounts {
 			name := fmt.Sprintf("log prototype (#28): continuous insert + work for %s, backlog held near %d, %d worker(s)", c.contFor, c.backlog, procs)
