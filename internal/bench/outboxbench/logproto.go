@@ -56,6 +56,7 @@ CREATE TABLE %[1]s.marks (
     tenant text COLLATE "C" NOT NULL,
     topic  text COLLATE "C" NOT NULL,
     grp    text COLLATE "C" NOT NULL,
+    part   bigint NOT NULL DEFAULT 0, -- 0: a group; an unordered message (grp ''): its seq
     kind   text NOT NULL CHECK (kind IN ('done', 'lease', 'retry')),
     done   bigint NOT NULL,
     upto   bigint NOT NULL,
@@ -64,7 +65,7 @@ CREATE TABLE %[1]s.marks (
     not_before timestamptz,
     attempts   integer NOT NULL DEFAULT 0
 );
-CREATE INDEX marks_grp ON %[1]s.marks (tenant, topic, grp, mseq);
+CREATE INDEX marks_grp ON %[1]s.marks (tenant, topic, grp, part, mseq);
 CREATE INDEX marks_due ON %[1]s.marks (not_before) WHERE kind = 'retry';
 CREATE INDEX marks_lease ON %[1]s.marks (at) WHERE kind = 'lease';
 CREATE TABLE %[1]s.groups (
@@ -75,9 +76,12 @@ CREATE TABLE %[1]s.groups (
 );
 `
 
-// lpLatest is a group's latest mark, as a LATERAL subquery on g.
+// lpLatest is a group's latest mark, as a LATERAL subquery on g. A group
+// is (tenant, topic, grp, part): part is 0 for a group of ordered
+// messages, and an unordered message (grp ”) is a group of its own, part
+// = its seq.
 const lpLatest = `SELECT kind, done, upto, token, at, not_before, attempts FROM %[1]s.marks k
-	WHERE k.tenant = g.tenant AND k.topic = g.topic AND k.grp = g.grp ORDER BY mseq DESC LIMIT 1`
+	WHERE k.tenant = g.tenant AND k.topic = g.topic AND k.grp = g.grp AND k.part = g.part ORDER BY mseq DESC LIMIT 1`
 
 // lpClaimable is whether a group whose latest mark is m may be claimed: it
 // has none, its last run is done, its retry is due, or its lease (of $7
@@ -99,40 +103,42 @@ const lpClaimable = `(m.kind IS NULL OR m.kind = 'done' OR (m.kind = 'retry' AND
 // read, and the statement's time.
 const lpCandidates = `
 WITH w0 AS MATERIALIZED (
-	SELECT tenant, topic, grp, min(seq) AS first, max(seq) AS last, count(*) AS n
-	FROM (SELECT seq, tenant, topic, grp FROM %[1]s.log WHERE seq > $1 ORDER BY seq LIMIT $2) x
-	GROUP BY tenant, topic, grp),
+	SELECT tenant, topic, grp, part, min(seq) AS first, max(seq) AS last, count(*) AS n
+	FROM (SELECT seq, tenant, topic, grp, CASE WHEN grp = '' THEN seq ELSE 0 END AS part
+		FROM %[1]s.log WHERE seq > $1 ORDER BY seq LIMIT $2) x
+	GROUP BY tenant, topic, grp, part),
 rm AS MATERIALIZED (
-	SELECT tenant, topic, grp, max(mseq) AS mseq FROM %[1]s.marks WHERE mseq > $5 AND kind <> 'lease'
-	GROUP BY tenant, topic, grp),
+	SELECT tenant, topic, grp, part, max(mseq) AS mseq FROM %[1]s.marks WHERE mseq > $5 AND kind <> 'lease'
+	GROUP BY tenant, topic, grp, part),
 due AS MATERIALIZED (
-	SELECT DISTINCT tenant, topic, grp FROM %[1]s.marks
+	SELECT DISTINCT tenant, topic, grp, part FROM %[1]s.marks
 	WHERE kind = 'retry' AND not_before > $6 AND not_before <= now()
 	UNION
-	SELECT DISTINCT tenant, topic, grp FROM %[1]s.marks
+	SELECT DISTINCT tenant, topic, grp, part FROM %[1]s.marks
 	WHERE kind = 'lease' AND at > $6 - make_interval(secs => $7) AND at <= now() - make_interval(secs => $7)),
 w AS (
-	SELECT tenant, topic, grp, first, last, n FROM w0
+	SELECT tenant, topic, grp, part, first, last, n FROM w0
 	UNION ALL
-	SELECT tenant, topic, grp, 0, 0, $4 FROM (SELECT tenant, topic, grp FROM rm UNION SELECT tenant, topic, grp FROM due) o
-	WHERE NOT EXISTS (SELECT 1 FROM w0 WHERE w0.tenant = o.tenant AND w0.topic = o.topic AND w0.grp = o.grp)),
+	SELECT tenant, topic, grp, part, 0, 0, $4 FROM (SELECT tenant, topic, grp, part FROM rm UNION SELECT tenant, topic, grp, part FROM due) o
+	WHERE NOT EXISTS (SELECT 1 FROM w0 WHERE w0.tenant = o.tenant AND w0.topic = o.topic AND w0.grp = o.grp AND w0.part = o.part)),
 s AS MATERIALIZED (
-	SELECT g.tenant, g.topic, g.grp, g.n, g.first > 0 AS in_window, coalesce(m.done, 0) AS done,
+	SELECT g.tenant, g.topic, g.grp, g.part, g.n, g.first > 0 AS in_window, coalesce(m.done, 0) AS done,
 		m.kind IS NULL OR m.kind = 'done' AS idle, ` + lpClaimable + ` AS claimable,
 		CASE WHEN g.first > 0 THEN g.first ELSE nx.seq END AS first
 	FROM w g LEFT JOIN LATERAL (` + lpLatest + `) m ON true
 	LEFT JOIN LATERAL (SELECT seq FROM %[1]s.log l
 		WHERE g.first = 0 AND l.tenant = g.tenant AND l.topic = g.topic AND l.grp = g.grp AND l.seq > coalesce(m.done, 0)
+			AND (g.part = 0 OR l.seq = g.part)
 		ORDER BY seq LIMIT 1) nx ON true
 	WHERE CASE WHEN g.first > 0 THEN coalesce(m.done, 0) < g.last ELSE nx.seq IS NOT NULL END),
 c AS MATERIALIZED (
 	SELECT s.*, sum(least(n, $4)) OVER (ORDER BY first) - least(n, $4) AS before FROM s WHERE claimable)
-SELECT NULL::text, NULL::text, NULL::text,
+SELECT NULL::text, NULL::text, NULL::text, NULL::bigint,
 	(SELECT coalesce(min(greatest(done, first - 1)) FILTER (WHERE in_window AND idle), (SELECT max(last) FROM w0)) FROM s),
 	(SELECT max(mseq) FROM rm), now()
 UNION ALL
-(SELECT tenant, topic, grp, NULL, NULL, NULL FROM c
-	WHERE before < $3 AND pg_try_advisory_xact_lock(2, hashtext(tenant || '/' || topic || '/' || grp))
+(SELECT tenant, topic, grp, part, NULL, NULL, NULL FROM c
+	WHERE before < $3 AND pg_try_advisory_xact_lock(2, hashtext(tenant || '/' || topic || '/' || grp || '/' || part))
 	ORDER BY first)`
 
 // lpBackstop finds the true floor: the first unfinished message of every
@@ -141,7 +147,7 @@ UNION ALL
 // before the floor moved past it and committed after. Its cost follows the
 // number of groups, not the log's length.
 const lpBackstop = `
-SELECT min(l.seq) - 1 FROM %[1]s.groups g
+SELECT min(l.seq) - 1 FROM (SELECT tenant, topic, grp, 0::bigint AS part FROM %[1]s.groups) g
 LEFT JOIN LATERAL (` + lpLatest + `) m ON true
 CROSS JOIN LATERAL (SELECT seq FROM %[1]s.log l
 	WHERE l.tenant = g.tenant AND l.topic = g.topic AND l.grp = g.grp AND l.seq > coalesce(m.done, 0) ORDER BY seq LIMIT 1) l`
@@ -151,26 +157,27 @@ CROSS JOIN LATERAL (SELECT seq FROM %[1]s.log l
 // statement before, so this statement's snapshot holds every mark
 // committed under them.
 var lpTake = `
-WITH g AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) AS g(tenant, topic, grp)),
+WITH g AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $7::bigint[]) AS g(tenant, topic, grp, part)),
 s AS MATERIALIZED (
 	SELECT g.*, coalesce(m.done, 0) AS done, CASE WHEN m.kind = 'done' THEN 0 ELSE coalesce(m.attempts, 0) END AS attempts
 	FROM g LEFT JOIN LATERAL (` + lpLatest + `) m ON true
 	WHERE ` + strings.ReplaceAll(lpClaimable, "$7", "$6") + `),
 r AS MATERIALIZED (
-	SELECT s.tenant, s.topic, s.grp, s.done, s.attempts, l.seq, l.id, l.payload FROM s CROSS JOIN LATERAL (
+	SELECT s.tenant, s.topic, s.grp, s.part, s.done, s.attempts, l.seq, l.id, l.payload FROM s CROSS JOIN LATERAL (
 		SELECT seq, id, payload FROM %[1]s.log l
-		WHERE l.tenant = s.tenant AND l.topic = s.topic AND l.grp = s.grp AND l.seq > s.done ORDER BY seq LIMIT $4) l),
-ins AS (INSERT INTO %[1]s.marks (tenant, topic, grp, kind, done, upto, token, attempts)
-	SELECT tenant, topic, grp, 'lease', done, max(seq), $5, attempts + 1 FROM r GROUP BY tenant, topic, grp, done, attempts)
+		WHERE l.tenant = s.tenant AND l.topic = s.topic AND l.grp = s.grp AND l.seq > s.done AND (s.part = 0 OR l.seq = s.part)
+		ORDER BY seq LIMIT $4) l),
+ins AS (INSERT INTO %[1]s.marks (tenant, topic, grp, part, kind, done, upto, token, attempts)
+	SELECT tenant, topic, grp, part, 'lease', done, max(seq), $5, attempts + 1 FROM r GROUP BY tenant, topic, grp, part, done, attempts)
 SELECT tenant, topic, grp, seq, id, payload::text FROM r ORDER BY seq`
 
 // lpDone marks the runs finished, fenced by their lease's token; run after
 // the groups' locks are held (blocking, in key order: finishes never
 // deadlock, claims only try).
 const lpDone = `
-INSERT INTO %[1]s.marks (tenant, topic, grp, kind, done, upto, token, not_before, attempts)
-SELECT g.tenant, g.topic, g.grp, CASE WHEN g.retry_at IS NULL THEN 'done' ELSE 'retry' END, g.upto, g.upto, 0, g.retry_at, m.attempts
-FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $6::timestamptz[]) AS g(tenant, topic, grp, upto, retry_at)
+INSERT INTO %[1]s.marks (tenant, topic, grp, part, kind, done, upto, token, not_before, attempts)
+SELECT g.tenant, g.topic, g.grp, g.part, CASE WHEN g.retry_at IS NULL THEN 'done' ELSE 'retry' END, g.upto, g.upto, 0, g.retry_at, m.attempts
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $6::timestamptz[], $7::bigint[]) AS g(tenant, topic, grp, upto, retry_at, part)
 CROSS JOIN LATERAL (` + lpLatest + `) m WHERE m.kind = 'lease' AND m.token = $5
 RETURNING grp`
 
@@ -197,11 +204,12 @@ func newLogProto(ctx context.Context, pool *pgxpool.Pool) (*lpStore, func(), err
 // lpEnqueue inserts a batch in one statement: the groups' enqueue locks
 // (key space 1, held to the commit, in key order), the log rows, and the
 // groups the registry does not know yet (a probe, no write, for the others).
+// Unordered messages (group "") take neither: nothing orders them.
 // The scalar subqueries make the locks come first.
 const lpEnqueue = `
 WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, t, p, g, pl)),
-l AS (SELECT count(pg_advisory_xact_lock(1, h)) AS n FROM (SELECT DISTINCT hashtext(t || '/' || p || '/' || g) AS h FROM u ORDER BY 1) x),
-reg AS (INSERT INTO %[1]s.groups SELECT DISTINCT t, p, g FROM u WHERE (SELECT n FROM l) >= 0 ON CONFLICT DO NOTHING)
+l AS (SELECT count(pg_advisory_xact_lock(1, h)) AS n FROM (SELECT DISTINCT hashtext(t || '/' || p || '/' || g) AS h FROM u WHERE g <> '' ORDER BY 1) x),
+reg AS (INSERT INTO %[1]s.groups SELECT DISTINCT t, p, g FROM u WHERE g <> '' AND (SELECT n FROM l) >= 0 ON CONFLICT DO NOTHING)
 INSERT INTO %[1]s.log (id, tenant, topic, grp, payload) SELECT id, t, p, g, pl::json FROM u WHERE (SELECT n FROM l) >= 0`
 
 // enqueue inserts msgs in one transaction of its own.
@@ -224,6 +232,7 @@ func (s *lpStore) enqueueTx(ctx context.Context, tx pgx.Tx, msgs []outbox.Messag
 
 type lpRun struct {
 	tenant, topic, grp string
+	part               int64      // an unordered message's seq, 0 for a group
 	upto               int64      // the last message sent: the group's done mark
 	retryAt            *time.Time // set: the message after upto failed and waits until then
 }
@@ -268,12 +277,13 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 			return err
 		}
 		var ts, ps, gs []string
+		var parts []int64
 		floor := int64(-1)
 		for rows.Next() {
 			var t, p, g *string
-			var f, mk *int64
+			var part, f, mk *int64
 			var at *time.Time
-			if err := rows.Scan(&t, &p, &g, &f, &mk, &at); err != nil {
+			if err := rows.Scan(&t, &p, &g, &part, &f, &mk, &at); err != nil {
 				return err
 			}
 			if at != nil {
@@ -288,7 +298,7 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 				c.markSeen = max(c.markSeen, *mk)
 			}
 			if g != nil {
-				ts, ps, gs = append(ts, *t), append(ps, *p), append(gs, *g)
+				ts, ps, gs, parts = append(ts, *t), append(ps, *p), append(gs, *g), append(parts, *part)
 			}
 		}
 		if err := rows.Err(); err != nil {
@@ -300,7 +310,7 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 		if len(gs) == 0 {
 			return nil
 		}
-		rows, err = tx.Query(ctx, c.s.q["take"], ts, ps, gs, c.perGrp, token, lease)
+		rows, err = tx.Query(ctx, c.s.q["take"], ts, ps, gs, c.perGrp, token, lease, parts)
 		if err != nil {
 			return err
 		}
@@ -317,14 +327,17 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		idx := map[string]int{}
+		idx := map[lpRun]int{}
 		for _, m := range msgs {
-			k := m.GroupKey()
+			k := lpRun{tenant: m.Tenant, topic: m.Topic, grp: m.Group}
+			if m.Group == "" {
+				k.part = m.Seq
+			}
 			i, ok := idx[k]
 			if !ok {
 				i = len(runs)
 				idx[k] = i
-				runs = append(runs, lpRun{tenant: m.Tenant, topic: m.Topic, grp: m.Group})
+				runs = append(runs, k)
 			}
 			cur = &runs[i]
 			cur.upto = max(cur.upto, m.Seq)
@@ -342,16 +355,16 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 
 func (s *lpStore) finish(ctx context.Context, runs []lpRun, token int64) (applied int, err error) {
 	n := len(runs)
-	ts, ps, gs, up, at := make([]string, n), make([]string, n), make([]string, n), make([]int64, n), make([]*time.Time, n)
+	ts, ps, gs, up, at, parts := make([]string, n), make([]string, n), make([]string, n), make([]int64, n), make([]*time.Time, n), make([]int64, n)
 	for i, r := range runs {
-		ts[i], ps[i], gs[i], up[i], at[i] = r.tenant, r.topic, r.grp, r.upto, r.retryAt
+		ts[i], ps[i], gs[i], up[i], at[i], parts[i] = r.tenant, r.topic, r.grp, r.upto, r.retryAt, r.part
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(2, h) FROM (SELECT DISTINCT hashtext(t || '/' || p || '/' || g) AS h
-			FROM unnest($1::text[], $2::text[], $3::text[]) AS u(t, p, g) ORDER BY 1) x`, ts, ps, gs); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(2, h) FROM (SELECT DISTINCT hashtext(t || '/' || p || '/' || g || '/' || part) AS h
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS u(t, p, g, part) ORDER BY 1) x`, ts, ps, gs, parts); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, s.q["done"], ts, ps, gs, up, token, at)
+		tag, err := tx.Exec(ctx, s.q["done"], ts, ps, gs, up, token, at, parts)
 		applied = int(tag.RowsAffected())
 		return err
 	})

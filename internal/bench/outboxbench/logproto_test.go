@@ -277,3 +277,54 @@ func TestLogProtoExpiredLeaseIsTakenOverAndFenced(t *testing.T) {
 		t.Fatalf("after the run was done, claimed %v, %v", seqs(got), err)
 	}
 }
+
+// TestLogProtoUnordered: unordered messages are groups of one: two
+// claimers take all of them once each, a retry of one holds nothing else,
+// and it comes back when due.
+func TestLogProtoUnordered(t *testing.T) {
+	msgs := make([]outbox.Message, 300)
+	for i := range msgs {
+		msgs[i] = outbox.Message{Topic: "bench", Payload: []byte(`{}`)}
+	}
+	s := lpSetup(t, msgs...)
+	ctx := context.Background()
+	newClaimer := func() *lpClaimer {
+		return &lpClaimer{s: s, window: 1000, perGrp: 100, limit: 100, lease: time.Hour, nextRescan: time.Now().Add(time.Hour)}
+	}
+	claimers := []*lpClaimer{newClaimer(), newClaimer()}
+	seen := map[string]bool{}
+	var retried outbox.Message
+	var at time.Time
+	for i := 0; ; i++ {
+		got, runs, token, err := claimers[i%2].claim(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 0 {
+			break
+		}
+		for _, m := range got {
+			if seen[m.ID] {
+				t.Fatalf("message %d claimed twice", m.Seq)
+			}
+			seen[m.ID] = true
+		}
+		if len(runs) != len(got) {
+			t.Fatalf("%d messages in %d runs: an unordered message is a run of its own", len(got), len(runs))
+		}
+		if retried.ID == "" {
+			retried, at = got[0], time.Now().Add(1500*time.Millisecond)
+			runs[0].upto, runs[0].retryAt = retried.Seq-1, &at
+		}
+		if n, err := s.finish(ctx, runs, token); err != nil || n != len(runs) {
+			t.Fatalf("finish applied %d of %d, %v", n, len(runs), err)
+		}
+	}
+	if len(seen) != len(msgs) {
+		t.Fatalf("claimed %d of %d before the retry was due", len(seen), len(msgs))
+	}
+	got, _, _ := claimUntil(t, claimers[0])
+	if time.Now().Before(at) || len(got) != 1 || got[0].ID != retried.ID {
+		t.Fatalf("claimed %v; want the retried message %d once it was due", seqs(got), retried.Seq)
+	}
+}
