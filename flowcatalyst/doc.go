@@ -44,11 +44,11 @@
 //
 // # Seed 004's tables
 //
-// Package flowcatalyst/seedstore is an outbox.Store over seed 004's
-// outbox_events and outbox_dispatch_jobs tables in PostgreSQL, so that
-// outbox.Processor with this Publisher replaces the seed's processor for
-// applications that write those tables; examples/flowcatalyst-processor is
-// that program.
+// The packages under flowcatalyst/seedstore (postgres, mysql, mongo: one
+// per database) are outbox.Stores over seed 004's outbox_events and
+// outbox_dispatch_jobs tables, so that outbox.Processor with this
+// Publisher replaces the seed's processor for applications that write
+// those tables; examples/flowcatalyst-processor is that program.
 //
 // # Compatibility
 //

@@ -14,7 +14,9 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxkit/outboxkit/flowcatalyst"
-	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore"
+	seedmongo "github.com/outboxkit/outboxkit/flowcatalyst/seedstore/mongo"
+	seedmysql "github.com/outboxkit/outboxkit/flowcatalyst/seedstore/mysql"
+	seedpostgres "github.com/outboxkit/outboxkit/flowcatalyst/seedstore/postgres"
 )
 
 // envPrefix turns a key into its environment variable: poll-interval is
@@ -303,7 +305,7 @@ func (c *config) validate() []string {
 		if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "mongodb" && u.Scheme != "mongodb+srv") || u.Host == "" {
 			p = append(p, name("database-url")+" must be a mongodb:// or mongodb+srv:// URL with database-type MONGODB")
 		}
-		if err := seedstore.CheckCollectionName(c.MongoDatabase); err != nil || c.MongoDatabase == "" || strings.ContainsAny(c.MongoDatabase, `/\. "*<>:|?`) {
+		if err := seedmongo.CheckCollectionName(c.MongoDatabase); err != nil || c.MongoDatabase == "" || strings.ContainsAny(c.MongoDatabase, `/\. "*<>:|?`) {
 			p = append(p, fmt.Sprintf("%s is %q: not a MongoDB database name", name("mongo-database"), c.MongoDatabase))
 		}
 	default:
@@ -351,11 +353,11 @@ func (c *config) validate() []string {
 	for _, tk := range []struct{ key, name string }{{"events-table", c.EventsTable}, {"dispatch-jobs-table", c.DispatchJobsTable}} {
 		switch {
 		case c.mongo:
-			if err := seedstore.CheckCollectionName(tk.name); err != nil || tk.name == "" || tk.name == seedstore.DefaultLocksCollection {
-				p = append(p, fmt.Sprintf("%s is %q: not a collection name (at most 120 bytes, no $, not system.*, not %s)", name(tk.key), tk.name, seedstore.DefaultLocksCollection))
+			if err := seedmongo.CheckCollectionName(tk.name); err != nil || tk.name == "" || tk.name == seedmongo.DefaultLocksCollection {
+				p = append(p, fmt.Sprintf("%s is %q: not a collection name (at most 120 bytes, no $, not system.*, not %s)", name(tk.key), tk.name, seedmongo.DefaultLocksCollection))
 			}
 		default:
-			if err := seedstore.CheckTableName(tk.name); err != nil {
+			if err := seedpostgres.CheckTableName(tk.name); err != nil {
 				p = append(p, fmt.Sprintf("%s is %q: letters, digits and _ only, optionally schema.table", name(tk.key), tk.name))
 			}
 		}
@@ -385,7 +387,7 @@ func errIf(cond bool, msg string) error {
 
 // mysqlDSN turns database-url into the DSN the MySQL store needs: a
 // mysql://user:pass@host:port/db?param=value URL or a Go MySQL DSN, plus
-// parseTime, loc=UTC and time_zone '+00:00' (seedstore.MySQLDSN). Errors
+// parseTime, loc=UTC and time_zone '+00:00' (seedmysql.DSN). Errors
 // never repeat the URL (it may hold a password).
 func mysqlDSN(s string) (string, error) {
 	if strings.HasPrefix(s, "mysql://") {
@@ -406,5 +408,5 @@ func mysqlDSN(s string) (string, error) {
 			s += "?" + u.RawQuery
 		}
 	}
-	return seedstore.MySQLDSN(s)
+	return seedmysql.DSN(s)
 }

@@ -48,7 +48,9 @@ import (
 	mongooptions "go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxkit/outboxkit/flowcatalyst"
-	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore"
+	seedmongo "github.com/outboxkit/outboxkit/flowcatalyst/seedstore/mongo"
+	seedmysql "github.com/outboxkit/outboxkit/flowcatalyst/seedstore/mysql"
+	seedpostgres "github.com/outboxkit/outboxkit/flowcatalyst/seedstore/postgres"
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -86,15 +88,23 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
+// seedStore is what the program needs of a store over the seed's tables
+// (flowcatalyst/seedstore/postgres, mysql or mongo).
+type seedStore interface {
+	outbox.Store
+	Topics() []string
+	CreateTables(ctx context.Context) error
+}
+
 func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	if !cfg.Enabled {
 		log.Info("outbox processor disabled (enabled=false); idling until stopped")
 		<-ctx.Done()
 		return nil
 	}
-	var store *seedstore.Store
+	var store seedStore
 	var leader leaderService
-	opts := seedstore.Options{
+	opts := seedpostgres.Options{
 		EventsTable: cfg.EventsTable, DispatchJobsTable: cfg.DispatchJobsTable, Logger: log,
 		UnorderedNullGroup: cfg.NullGroupUnordered, RecoveryCountsAttempt: cfg.RecoveryCountsAttempt,
 	}
@@ -116,16 +126,19 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 			return fmt.Errorf("connecting to the database: %w", err)
 		}
 		db := client.Database(cfg.MongoDatabase)
-		if store, err = seedstore.NewMongo(db, opts); err != nil {
+		if store, err = seedmongo.New(db, seedmongo.Options{
+			EventsTable: opts.EventsTable, DispatchJobsTable: opts.DispatchJobsTable, Logger: opts.Logger,
+			UnorderedNullGroup: opts.UnorderedNullGroup, RecoveryCountsAttempt: opts.RecoveryCountsAttempt,
+		}); err != nil {
 			return err
 		}
 		if cfg.SingleActive {
-			leader = newMongoLeader(db.Collection(seedstore.DefaultLocksCollection), lockName, log)
+			leader = newMongoLeader(db.Collection(seedmongo.DefaultLocksCollection), lockName, log)
 		}
 	} else {
-		driver, dsn, newStore := "pgx", cfg.DatabaseURL, seedstore.New
+		driver, dsn := "pgx", cfg.DatabaseURL
 		if cfg.mysql {
-			driver, dsn, newStore = "mysql", cfg.mysqlDSN, seedstore.NewMySQL
+			driver, dsn = "mysql", cfg.mysqlDSN
 		}
 		db, err := sql.Open(driver, dsn)
 		if err != nil {
@@ -139,7 +152,12 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("connecting to the database: %w", err)
 		}
-		if store, err = newStore(db, opts); err != nil {
+		if cfg.mysql {
+			store, err = seedmysql.New(db, seedmysql.Options(opts))
+		} else {
+			store, err = seedpostgres.New(db, opts)
+		}
+		if err != nil {
 			return err
 		}
 		if cfg.SingleActive {
