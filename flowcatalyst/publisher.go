@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/outboxkit/outboxkit/internal/httpx"
 	"github.com/outboxkit/outboxkit/internal/redact"
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -338,7 +339,7 @@ func (p *Publisher) send(ctx context.Context, path string, msgs []outbox.Message
 		switch {
 		case ctx.Err() != nil:
 			code = "canceled"
-		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+		case errors.Is(err, context.DeadlineExceeded) || httpx.IsTimeout(err):
 			code = "timeout"
 		}
 		if code != "canceled" {
@@ -373,7 +374,7 @@ func (p *Publisher) send(ctx context.Context, path string, msgs []outbox.Message
 		}
 		failAll(outbox.Retryable(code, msg))
 	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
-		failAll(outbox.RetryAfter(redact.RetryAfter(resp.Header.Get("Retry-After"), time.Now(), maxRetryAfter), code, msg))
+		failAll(outbox.RetryAfter(httpx.RetryAfter(resp.Header.Get("Retry-After"), time.Now(), maxRetryAfter), code, msg))
 	default:
 		failAll(outbox.Retryable(code, msg))
 	}
@@ -515,11 +516,6 @@ func errorDetail(raw []byte) string {
 		return s
 	}
 	return redact.Printable(string(raw), 200)
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // transportMessage describes a transport error without the URL (the URL

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outboxkit/outboxkit/internal/httpx"
 	"github.com/outboxkit/outboxkit/internal/redact"
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -476,7 +477,7 @@ type APIError struct {
 
 func (p *Publisher) apiError(ctx context.Context, m *outbox.Message, req Request, creds Credentials, resp *http.Response, body []byte) error {
 	now := p.cfg.Clock.Now()
-	retryAfter := redact.RetryAfter(resp.Header.Get("Retry-After"), now, 7*24*time.Hour)
+	retryAfter := httpx.RetryAfter(resp.Header.Get("Retry-After"), now, 7*24*time.Hour)
 	var env struct {
 		Error *struct {
 			APIError
@@ -592,7 +593,7 @@ func (p *Publisher) transportError(ctx, rctx context.Context, err error, creds C
 	switch {
 	case ctx.Err() != nil:
 		return &outbox.PublishError{Code: "canceled", Message: "the send was cancelled before the Cloud API answered", Err: ctx.Err()}
-	case errors.Is(err, context.DeadlineExceeded) || rctx.Err() != nil || isTimeout(err):
+	case errors.Is(err, context.DeadlineExceeded) || rctx.Err() != nil || httpx.IsTimeout(err):
 		return &outbox.PublishError{Code: CodeTimeout, Message: fmt.Sprintf("the Cloud API did not answer within %s", p.cfg.Timeout)}
 	}
 	// The error text names the URL (no secret in it) and the network
@@ -603,11 +604,6 @@ func (p *Publisher) transportError(ctx, rctx context.Context, err error, creds C
 		msg = ue.Err.Error()
 	}
 	return &outbox.PublishError{Code: CodeNetwork, Message: "request to the Cloud API failed: " + redact.Secrets(msg, secrets(creds)...)}
-}
-
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
 }
 
 // secrets are the credentials that must never reach an error, a log or a

@@ -1,14 +1,10 @@
 // Package redact keeps secrets and unprintable bytes out of the errors and
-// logs of the publishers (transport/*, flowcatalyst, whatsapp), and reads
-// the Retry-After header they honour.
+// logs of the publishers (transport/*, flowcatalyst, whatsapp).
 package redact
 
 import (
 	"bytes"
-	"net/http"
-	"strconv"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -61,27 +57,4 @@ func Printable(s string, n int) string {
 		s = s[:n] + "…"
 	}
 	return s
-}
-
-// RetryAfter reads a Retry-After header value (delay seconds or an HTTP
-// date, relative to now), capped at limit. 0 means absent, unreadable or
-// already past: the caller's backoff applies.
-func RetryAfter(v string, now time.Time, limit time.Duration) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n <= 0 {
-			return 0
-		}
-		if n > int64(limit/time.Second) {
-			return limit
-		}
-		return time.Duration(n) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return min(t.Sub(now), limit)
-	}
-	return 0
 }

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxkit/outboxkit/internal/httpx"
 	"github.com/outboxkit/outboxkit/internal/redact"
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -371,7 +372,7 @@ func (p *Publisher) post(ctx context.Context, tenant, key, contentType string, b
 		switch {
 		case ctx.Err() != nil:
 			code = "canceled"
-		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+		case errors.Is(err, context.DeadlineExceeded) || httpx.IsTimeout(err):
 			code = "timeout"
 		}
 		return outbox.Result{Err: &outbox.PublishError{Code: code, Message: "POST " + p.where + ": " + p.redact(transportMessage(err), secret), Err: ctx.Err()}}
@@ -399,7 +400,7 @@ func (p *Publisher) post(ctx context.Context, tenant, key, contentType string, b
 	}
 	switch {
 	case status == nethttp.StatusRequestTimeout || status == nethttp.StatusTooManyRequests || status >= 500:
-		return outbox.Result{Err: outbox.RetryAfter(redact.RetryAfter(resp.Header.Get("Retry-After"), time.Now(), maxRetryAfter), code, msg)}
+		return outbox.Result{Err: outbox.RetryAfter(httpx.RetryAfter(resp.Header.Get("Retry-After"), time.Now(), maxRetryAfter), code, msg)}
 	case status >= 400:
 		return outbox.Result{Err: outbox.Permanent(code, msg)}
 	default:
@@ -414,11 +415,6 @@ func (p *Publisher) redact(s string, secret []byte) string {
 		s = redact.Secrets(s, vs...)
 	}
 	return s
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // transportMessage describes a transport error without the URL (its query

@@ -9,12 +9,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxkit/outboxkit/internal/redact"
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -381,10 +380,12 @@ func reserved(k string) bool {
 func (p *Publisher) record(m *outbox.Message) (*kgo.Record, error) {
 	topic, err := p.topic(m)
 	if err != nil {
-		return nil, outbox.Permanent("topic", "no topic for the message: "+sanitize(err.Error(), 300))
+		return nil, outbox.Permanent("topic", "no topic for the message: "+redact.Printable(err.Error(), 300))
 	}
 	if !validTopic(topic) {
-		return nil, outbox.Permanent("topic", fmt.Sprintf("%q is not a valid Kafka topic name", sanitize(topic, 100)))
+		// Quoted (a space or a control character in the name shows), at most
+		// 100 characters of it.
+		return nil, outbox.Permanent("topic", fmt.Sprintf("%.100q is not a valid Kafka topic name", topic))
 	}
 	hs := make([]kgo.RecordHeader, 0, len(m.Headers)+6)
 	for k, v := range m.Headers {
@@ -423,7 +424,7 @@ func contentType(m *outbox.Message) []byte {
 // classify maps a produce error to an outbox error. ctx is the Publish
 // context.
 func (p *Publisher) classify(ctx context.Context, err error) error {
-	msg := sanitize(err.Error(), 500)
+	msg := redact.Printable(err.Error(), 500)
 	var ke *kerr.Error
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
@@ -469,22 +470,4 @@ func validTopic(s string) bool {
 		}
 	}
 	return true
-}
-
-// sanitize keeps s printable and at most n bytes.
-func sanitize(s string, n int) string {
-	s = strings.ToValidUTF8(s, "?")
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) > n {
-		for n > 0 && !utf8.RuneStart(s[n]) {
-			n--
-		}
-		s = s[:n] + "…"
-	}
-	return s
 }
