@@ -285,9 +285,15 @@ func TestProcessorRecoversAbandonedLeases(t *testing.T) {
 		t.Fatalf("claim: %d %v", len(claimed), err)
 	}
 	rec := &outboxtest.Recorder{}
-	p, _ := outbox.NewProcessor(st, rec, outbox.Config{Topics: []string{"t"}, PollInterval: 10 * time.Millisecond, ProcessingTimeout: 200 * time.Millisecond, RecoveryInterval: 20 * time.Millisecond})
+	// The processing timeout is what recovers the dead processor's lease;
+	// it is also the live processor's own lease, renewed by its heartbeat.
+	// At 200 ms a loaded machine (CI beside other builds) let the live
+	// processor's leases lapse too, until the messages reached their
+	// recovery limit and were dead-lettered unpublished. 2 s keeps the
+	// test about the dead processor.
+	p, _ := outbox.NewProcessor(st, rec, outbox.Config{Topics: []string{"t"}, PollInterval: 10 * time.Millisecond, ProcessingTimeout: 2 * time.Second, RecoveryInterval: 50 * time.Millisecond})
 	stop := start(t, p)
-	outboxtest.WaitDrained(t, st, "", 20*time.Second)
+	outboxtest.WaitDrained(t, st, "", 30*time.Second)
 	stop()
 	if got := rec.Sent(); len(got) != 3 || got[0] != ids[0] || got[1] != ids[1] || got[2] != ids[2] {
 		t.Fatalf("recovered messages published %v, want %v in order", got, ids)
