@@ -84,38 +84,9 @@ func benchContinuous(ctx context.Context, c config, pool *pgxpool.Pool, procs, b
 			}
 		}()
 	}
-	time.Sleep(c.contFor / 5)
-	n0, e0 := pub.n.Load(), enqueued.Load()
-	cpu0, local := pgCPU(c.dsn)
-	w0, err := schemaWork(ctx, pool, s.Schema())
+	win, err := measureWindow(ctx, c, pool, s.Schema(), &pub.n, &enqueued)
 	if err != nil {
 		return 0, "", err
-	}
-	rel0, err := relationWork(ctx, pool, s.Schema())
-	if err != nil {
-		return 0, "", err
-	}
-	start := time.Now()
-	lo, hi := int64(-1), int64(0)
-	for time.Since(start) < c.contFor {
-		time.Sleep(100 * time.Millisecond)
-		b := enqueued.Load() - pub.n.Load()
-		if lo < 0 || b < lo {
-			lo = b
-		}
-		hi = max(hi, b)
-	}
-	elapsed := time.Since(start)
-	n1, e1 := pub.n.Load(), enqueued.Load()
-	cpu1, _ := pgCPU(c.dsn)
-	w1, err := schemaWork(ctx, pool, s.Schema())
-	if err != nil {
-		return 0, "", err
-	}
-	if workDetail && n1 > n0 {
-		if err := printRelationWork(ctx, pool, s.Schema(), rel0, int(n1-n0)); err != nil {
-			return 0, "", err
-		}
 	}
 	cancel()
 	wg.Wait()
@@ -126,27 +97,93 @@ func benchContinuous(ctx context.Context, c config, pool *pgxpool.Pool, procs, b
 	if err := <-errs; err != nil {
 		return 0, "", err
 	}
-	worked := n1 - n0
-	note := fmt.Sprintf("enqueued %.0f msg/s, backlog %d-%d", float64(e1-e0)/elapsed.Seconds(), lo, hi)
+	note := fmt.Sprintf("enqueued %.0f msg/s, backlog %d-%d", win.enqueueRate(), win.lo, win.hi)
 	if sharedGroups {
 		note += ", producers share groups"
 	}
-	if pub.violated.Load() > 0 {
-		note += fmt.Sprintf(", FIFO held: NO (%d out of order)", pub.violated.Load())
-	} else {
-		note += ", FIFO held: yes"
+	return win.rate(), note + pub.fifoNote() + win.note(false), nil
+}
+
+// fifoNote says whether every group was published in order, and how many
+// messages were published twice.
+func (f *fifoPublisher) fifoNote() string {
+	note := ", FIFO held: yes"
+	if v := f.violated.Load(); v > 0 {
+		note = fmt.Sprintf(", FIFO held: NO (%d out of order)", v)
 	}
-	note += fmt.Sprintf(", duplicates: %d", pub.dup.Load())
-	if worked > 0 {
-		// Every update and delete leaves a dead row version (what a held
-		// cleanup horizon keeps); the statistics lag by about a second,
-		// equally at both ends of the window.
-		note += fmt.Sprintf(", dead row versions %.2f/msg", float64(w1.updates+w1.deletes-w0.updates-w0.deletes)/float64(worked))
+	return note + fmt.Sprintf(", duplicates: %d", f.dup.Load())
+}
+
+// window is what a continuous run did over its measured window.
+type window struct {
+	worked, enqueued int64
+	elapsed          time.Duration
+	lo, hi           int64 // the backlog's range, sampled every 100 ms
+	cpu              time.Duration
+	local            bool // cpu was read (the server is on this machine)
+	w0, w1           tableWork
+}
+
+// measureWindow waits out a warm-up of a fifth of c.contFor, then measures
+// c.contFor: the messages published and enqueued (the counters), the
+// backlog between them, PostgreSQL's CPU and the statistics of schema's
+// tables (per table and index with -work-detail).
+func measureWindow(ctx context.Context, c config, pool *pgxpool.Pool, schema string, published, enqueued *atomic.Int64) (window, error) {
+	time.Sleep(c.contFor / 5)
+	n0, e0 := published.Load(), enqueued.Load()
+	cpu0, local := pgCPU(c.dsn)
+	w0, err := schemaWork(ctx, pool, schema)
+	if err != nil {
+		return window{}, err
 	}
-	if local && worked > 0 {
-		note += fmt.Sprintf(", PostgreSQL CPU %.0f µs/msg", float64((cpu1-cpu0).Microseconds())/float64(worked))
+	rel0, err := relationWork(ctx, pool, schema)
+	if err != nil {
+		return window{}, err
 	}
-	return float64(worked) / elapsed.Seconds(), note, nil
+	start := time.Now()
+	lo, hi := int64(-1), int64(0)
+	for time.Since(start) < c.contFor {
+		time.Sleep(100 * time.Millisecond)
+		b := enqueued.Load() - published.Load()
+		if lo < 0 || b < lo {
+			lo = b
+		}
+		hi = max(hi, b)
+	}
+	elapsed := time.Since(start)
+	n1, e1 := published.Load(), enqueued.Load()
+	cpu1, _ := pgCPU(c.dsn)
+	w1, err := schemaWork(ctx, pool, schema)
+	if err != nil {
+		return window{}, err
+	}
+	if workDetail && n1 > n0 {
+		if err := printRelationWork(ctx, pool, schema, rel0, int(n1-n0)); err != nil {
+			return window{}, err
+		}
+	}
+	return window{worked: n1 - n0, enqueued: e1 - e0, elapsed: elapsed, lo: lo, hi: hi, cpu: cpu1 - cpu0, local: local, w0: w0, w1: w1}, nil
+}
+
+func (w window) rate() float64        { return float64(w.worked) / w.elapsed.Seconds() }
+func (w window) enqueueRate() float64 { return float64(w.enqueued) / w.elapsed.Seconds() }
+
+// note gives the dead row versions per published message (every update and
+// delete leaves one, which a held cleanup horizon keeps; the statistics lag
+// by about a second, equally at both ends of the window), with work the
+// buffer accesses and row writes, and PostgreSQL's CPU per message.
+func (w window) note(work bool) string {
+	var note string
+	if w.worked > 0 {
+		note += fmt.Sprintf(", dead row versions %.2f/msg", float64(w.w1.updates+w.w1.deletes-w.w0.updates-w.w0.deletes)/float64(w.worked))
+		if work {
+			note += ", " + w.w1.perMessage(w.w0, int(w.worked))
+		}
+	}
+	if w.local && w.worked > 0 {
+		note += fmt.Sprintf(", PostgreSQL CPU %.0f µs/msg", float64(w.cpu.Microseconds())/float64(w.worked))
+	}
+	return note
 }
 
 // holdHorizon opens a session of its own that holds PostgreSQL's cleanup

@@ -429,38 +429,9 @@ func benchLogProto(ctx context.Context, c config, pool *pgxpool.Pool, procs, bac
 			}
 		}()
 	}
-	time.Sleep(c.contFor / 5)
-	n0, e0 := pub.n.Load(), enqueued.Load()
-	cpu0, local := pgCPU(c.dsn)
-	w0, err := schemaWork(ctx, pool, s.schema)
+	win, err := measureWindow(ctx, c, pool, s.schema, &pub.n, &enqueued)
 	if err != nil {
 		return 0, "", err
-	}
-	rel0, err := relationWork(ctx, pool, s.schema)
-	if err != nil {
-		return 0, "", err
-	}
-	start := time.Now()
-	lo, hi := int64(-1), int64(0)
-	for time.Since(start) < c.contFor {
-		time.Sleep(100 * time.Millisecond)
-		b := enqueued.Load() - pub.n.Load()
-		if lo < 0 || b < lo {
-			lo = b
-		}
-		hi = max(hi, b)
-	}
-	elapsed := time.Since(start)
-	n1, e1 := pub.n.Load(), enqueued.Load()
-	cpu1, _ := pgCPU(c.dsn)
-	w1, err := schemaWork(ctx, pool, s.schema)
-	if err != nil {
-		return 0, "", err
-	}
-	if workDetail && n1 > n0 {
-		if err := printRelationWork(ctx, pool, s.schema, rel0, int(n1-n0)); err != nil {
-			return 0, "", err
-		}
 	}
 	cancel()
 	wg.Wait()
@@ -469,21 +440,9 @@ func benchLogProto(ctx context.Context, c config, pool *pgxpool.Pool, procs, bac
 	if err := errors.Join(<-errs, werr); err != nil {
 		return 0, "", err
 	}
-	worked := n1 - n0
-	note := fmt.Sprintf("log prototype: enqueued %.0f msg/s, backlog %d-%d", float64(e1-e0)/elapsed.Seconds(), lo, hi)
-	if pub.violated.Load() > 0 {
-		note += fmt.Sprintf(", FIFO held: NO (%d out of order)", pub.violated.Load())
-	} else {
-		note += ", FIFO held: yes"
-	}
-	note += fmt.Sprintf(", duplicates: %d, claims %d (%d rescans)", pub.dup.Load(), claims, rescans)
-	if worked > 0 {
-		note += fmt.Sprintf(", dead row versions %.2f/msg, %s", float64(w1.updates+w1.deletes-w0.updates-w0.deletes)/float64(worked), w1.perMessage(w0, int(worked)))
-	}
-	if local && worked > 0 {
-		note += fmt.Sprintf(", PostgreSQL CPU %.0f µs/msg", float64((cpu1-cpu0).Microseconds())/float64(worked))
-	}
-	return float64(worked) / elapsed.Seconds(), note, nil
+	note := fmt.Sprintf("log prototype: enqueued %.0f msg/s, backlog %d-%d", win.enqueueRate(), win.lo, win.hi) + pub.fifoNote()
+	note += fmt.Sprintf(", claims %d (%d rescans)", claims, rescans)
+	return win.rate(), note + win.note(true), nil
 }
 
 // lpWorkers runs procs workers on ws until stop: each claims (c.claimBatch,
@@ -624,36 +583,6 @@ func benchLogProtoEnqueue(ctx context.Context, c config, pool *pgxpool.Pool, per
 		return 0, "", err
 	}
 	defer cleanup()
-	var total atomic.Int64
-	deadline := time.Now().Add(c.enqueueFor)
-	var wg sync.WaitGroup
-	errs := make(chan error, c.clients)
-	start := time.Now()
-	for w := range c.clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := mrand.New(mrand.NewPCG(uint64(w), 1))
-			msgs := make([]outbox.Message, per)
-			for i := 0; time.Now().Before(deadline); i++ {
-				base := rng.IntN(1000)
-				for j := range msgs {
-					g := groupNames[(base+j%spread)%1000]
-					msgs[j] = outbox.Message{Topic: "bench", Group: g, Payload: payload(g, i)}
-				}
-				if err := s.enqueue(ctx, msgs); err != nil {
-					errs <- err
-					return
-				}
-				total.Add(int64(per))
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	close(errs)
-	if err := <-errs; err != nil {
-		return 0, "", err
-	}
-	return float64(total.Load()) / elapsed.Seconds(), "log prototype", nil
+	rate, _, err := enqueueClients(c, per, spread, func(msgs []outbox.Message) error { return s.enqueue(ctx, msgs) })
+	return rate, "log prototype", err
 }

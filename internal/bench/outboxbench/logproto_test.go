@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxkit/outboxkit/internal/testbackend"
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -19,18 +17,8 @@ import (
 // group's registry row commits with it.
 func TestLogProtoLateCommit(t *testing.T) {
 	ctx := context.Background()
-	pool, err := newPool(ctx, testbackend.PostgresDSN(t), 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s, cleanup, err := newLogProto(ctx, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
-
-	late, err := pool.Begin(ctx)
+	s := lpSetup(t)
+	late, err := s.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,20 +88,8 @@ func TestLogProtoLateCommit(t *testing.T) {
 // by the backstop.
 func TestLogProtoLeaseDoesNotHoldTheFloor(t *testing.T) {
 	ctx := context.Background()
-	pool, err := newPool(ctx, testbackend.PostgresDSN(t), 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s, cleanup, err := newLogProto(ctx, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
-	slow := []outbox.Message{{Topic: "bench", Group: "slow", Payload: []byte(`{}`)}, {Topic: "bench", Group: "slow", Payload: []byte(`{}`)}}
-	if err := s.enqueue(ctx, slow); err != nil {
-		t.Fatal(err)
-	}
+	slow := outbox.Message{Topic: "bench", Group: "slow", Payload: []byte(`{}`)}
+	s := lpSetup(t, slow, slow)
 	for i := 0; i < 3000; i += 100 { // 30 groups of 100 in a row: the window of 1,000 sees 10 at a time
 		msgs := make([]outbox.Message, 100)
 		for j := range msgs {
@@ -154,18 +130,16 @@ func TestLogProtoLeaseDoesNotHoldTheFloor(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := drain()
-	if len(got) != 1 || !got["slow/"+rest(t, pool, s, "slow")] {
+	if len(got) != 1 || !got["slow/"+rest(t, s, "slow")] {
 		t.Fatalf("after the slow run was done the other claimer took %v, want the slow group's second message", got)
 	}
 }
 
 // rest returns the ID of group's last message.
-func rest(t *testing.T, pool interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, s *lpStore, group string) string {
+func rest(t *testing.T, s *lpStore, group string) string {
 	t.Helper()
 	var id string
-	if err := pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT id FROM %s.log WHERE grp = $1 ORDER BY seq DESC LIMIT 1`, s.schema), group).Scan(&id); err != nil {
+	if err := s.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT id FROM %s.log WHERE grp = $1 ORDER BY seq DESC LIMIT 1`, s.schema), group).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
 	return id
@@ -185,8 +159,10 @@ func lpSetup(t *testing.T, msgs ...outbox.Message) *lpStore {
 		t.Fatal(err)
 	}
 	t.Cleanup(cleanup)
-	if err := s.enqueue(ctx, msgs); err != nil {
-		t.Fatal(err)
+	if len(msgs) > 0 {
+		if err := s.enqueue(ctx, msgs); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return s
 }

@@ -583,6 +583,24 @@ func benchEnqueue(ctx context.Context, c config, pool *pgxpool.Pool, per, spread
 	}
 	time.Sleep(300 * time.Millisecond) // the listener is up and idle
 	ob := outbox.New[pgx.Tx](s, outbox.Options{})
+	rate, total, err := enqueueClients(c, per, spread, func(msgs []outbox.Message) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := ob.EnqueueTx(ctx, tx, msgs...)
+			return err
+		})
+	})
+	if err != nil {
+		return 0, "", err
+	}
+	time.Sleep(100 * time.Millisecond) // the last notifications arrive
+	note := fmt.Sprintf("%d notifications for %d transactions", notes.Load(), total/int64(per))
+	return rate, note, nil
+}
+
+// enqueueClients runs c.clients goroutines for c.enqueueFor, each calling
+// enqueue with per messages over spread random groups (of 1,000) at a
+// time, and returns the messages enqueued per second and in all.
+func enqueueClients(c config, per, spread int, enqueue func([]outbox.Message) error) (float64, int64, error) {
 	var total atomic.Int64
 	deadline := time.Now().Add(c.enqueueFor)
 	var wg sync.WaitGroup
@@ -600,17 +618,7 @@ func benchEnqueue(ctx context.Context, c config, pool *pgxpool.Pool, per, spread
 					g := groupNames[(base+j%spread)%1000]
 					msgs[j] = outbox.Message{Topic: "bench", Group: g, Payload: payload(g, i)}
 				}
-				tx, err := pool.Begin(ctx)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if _, err := ob.EnqueueTx(ctx, tx, msgs...); err != nil {
-					_ = tx.Rollback(ctx)
-					errs <- err
-					return
-				}
-				if err := tx.Commit(ctx); err != nil {
+				if err := enqueue(msgs); err != nil {
 					errs <- err
 					return
 				}
@@ -621,13 +629,7 @@ func benchEnqueue(ctx context.Context, c config, pool *pgxpool.Pool, per, spread
 	wg.Wait()
 	elapsed := time.Since(start)
 	close(errs)
-	if err := <-errs; err != nil {
-		return 0, "", err
-	}
-	time.Sleep(100 * time.Millisecond) // the last notifications arrive
-	txs := total.Load() / int64(per)
-	note := fmt.Sprintf("%d notifications for %d transactions", notes.Load(), txs)
-	return float64(total.Load()) / elapsed.Seconds(), note, nil
+	return float64(total.Load()) / elapsed.Seconds(), total.Load(), <-errs
 }
 
 // countNotifies counts the notifications on channel until ctx ends.
