@@ -1,6 +1,25 @@
 package mongo
 
-import "time"
+import (
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore/internal/seedcore"
+)
 
 // SetClaimBudget sets the time budget of s's claims, before s is used.
 func SetClaimBudget(s *Store, d time.Duration) { s.budget = d }
+
+// TestConstantsAreTheSharedOnes: the constants this package spells out for
+// its godoc are the ones the shared code uses.
+func TestConstantsAreTheSharedOnes(t *testing.T) {
+	for _, c := range [][2]string{
+		{DefaultEventsTable, seedcore.DefaultEventsTable}, {DefaultDispatchJobsTable, seedcore.DefaultDispatchJobsTable},
+		{DefaultNullGroup, seedcore.DefaultNullGroup}, {StatusPending, seedcore.StatusPending},
+		{StatusProcessing, seedcore.StatusProcessing}, {StatusCompleted, seedcore.StatusCompleted}, {StatusFailed, seedcore.StatusFailed},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("%q here, %q in seedcore", c[0], c[1])
+		}
+	}
+}

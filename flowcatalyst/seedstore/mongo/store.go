@@ -19,20 +19,20 @@ import (
 
 // Default collection names, as in seed 004.
 const (
-	DefaultEventsTable       = seedcore.DefaultEventsTable
-	DefaultDispatchJobsTable = seedcore.DefaultDispatchJobsTable
+	DefaultEventsTable       = "outbox_events"
+	DefaultDispatchJobsTable = "outbox_dispatch_jobs"
 )
 
 // DefaultNullGroup is the group of documents whose messageGroup is null or
 // missing, as in the seed.
-const DefaultNullGroup = seedcore.DefaultNullGroup
+const DefaultNullGroup = "default"
 
 // Seed statuses.
 const (
-	StatusPending    = seedcore.StatusPending
-	StatusProcessing = seedcore.StatusProcessing
-	StatusCompleted  = seedcore.StatusCompleted
-	StatusFailed     = seedcore.StatusFailed
+	StatusPending    = "PENDING"
+	StatusProcessing = "PROCESSING"
+	StatusCompleted  = "COMPLETED"
+	StatusFailed     = "FAILED"
 )
 
 // Options configures a Store.

@@ -36,9 +36,9 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 // claim claims up to limit rows of t in one transaction.
 func (s *Store) claim(ctx context.Context, t *table, limit int, owner string) ([]outbox.Message, error) {
 	fail := func(err error) ([]outbox.Message, error) {
-		return nil, fmt.Errorf("seedstore: claim %s: %w", t.raw, err)
+		return nil, fmt.Errorf("seedstore: claim %s: %w", t.Raw, err)
 	}
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := s.shared.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return fail(err)
 	}
@@ -80,7 +80,7 @@ func (s *Store) claim(ctx context.Context, t *table, limit int, owner string) ([
 	if err := tx.Commit(); err != nil {
 		return fail(err)
 	}
-	s.core.Remember(t.topic, out, claimed)
+	s.core.Remember(t.Topic, out, claimed)
 	return out, nil
 }
 
@@ -179,17 +179,17 @@ func (s *Store) groupRun(ctx context.Context, tx *sql.Tx, t *table, h head, n in
 // lease marks the rows ids (row-locked by this transaction, so still
 // PENDING) PROCESSING and returns them with the claim time of each.
 func (s *Store) lease(ctx context.Context, tx *sql.Tx, t *table, ids []string, owner string) ([]outbox.Message, []time.Time, error) {
-	if _, err := tx.ExecContext(ctx, inList(claimSetSQL, t.name, len(ids)), anys(ids)...); err != nil {
+	if _, err := tx.ExecContext(ctx, inList(claimSetSQL, t.Name, len(ids)), anys(ids)...); err != nil {
 		return nil, nil, err
 	}
 	var out []outbox.Message
 	var claimed []time.Time
-	if err := queryEach(ctx, tx, inList(claimedSQL, t.name, len(ids)), anys(ids), func(r *sql.Rows) error {
+	if err := queryEach(ctx, tx, inList(claimedSQL, t.Name, len(ids)), anys(ids), func(r *sql.Rows) error {
 		var rw seedcore.Row
 		if err := r.Scan(rw.Dest()...); err != nil {
 			return err
 		}
-		m := s.core.Message(&rw, t.topic)
+		m := s.core.Message(&rw, t.Topic)
 		m.ClaimedBy = owner
 		out = append(out, m)
 		claimed = append(claimed, rw.ProcessedAt.Time)

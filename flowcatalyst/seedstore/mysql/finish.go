@@ -37,19 +37,19 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 // finish applies work in one transaction and returns the ids of the
 // outcomes whose lease was lost.
 func (s *Store) finish(ctx context.Context, work map[string]*seedcore.Work) ([]string, error) {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := s.shared.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, fmt.Errorf("seedstore: finish: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	var lost []string
 	for _, t := range s.tables {
-		w := work[t.topic]
+		w := work[t.Topic]
 		if w == nil {
 			continue
 		}
 		if err := finishTable(ctx, tx, t, w, &lost); err != nil {
-			return nil, fmt.Errorf("seedstore: finish %s: %w", t.raw, err)
+			return nil, fmt.Errorf("seedstore: finish %s: %w", t.Raw, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -73,7 +73,7 @@ func finishTable(ctx context.Context, tx *sql.Tx, t *table, w *seedcore.Work, lo
 		}
 	}
 	if len(sent) > 0 {
-		if _, err := tx.ExecContext(ctx, inList(finishSentSQL, t.name, len(sent)), anys(sent)...); err != nil {
+		if _, err := tx.ExecContext(ctx, inList(finishSentSQL, t.Name, len(sent)), anys(sent)...); err != nil {
 			return err
 		}
 	}
@@ -85,7 +85,7 @@ func finishTable(ctx context.Context, tx *sql.Tx, t *table, w *seedcore.Work, lo
 	}
 	for _, c := range retries.order {
 		ids := retries.ids[c]
-		if _, err := tx.ExecContext(ctx, inList(finishRetrySQL, t.name, len(ids)), append([]any{c.next, c.retry, c.msg}, anys(ids)...)...); err != nil {
+		if _, err := tx.ExecContext(ctx, inList(finishRetrySQL, t.Name, len(ids)), append([]any{c.next, c.retry, c.msg}, anys(ids)...)...); err != nil {
 			return err
 		}
 	}
@@ -97,7 +97,7 @@ func finishTable(ctx context.Context, tx *sql.Tx, t *table, w *seedcore.Work, lo
 	}
 	for _, c := range dead.order {
 		ids := dead.ids[c]
-		if _, err := tx.ExecContext(ctx, inList(finishDeadSQL, t.name, len(ids)), append([]any{c.msg}, anys(ids)...)...); err != nil {
+		if _, err := tx.ExecContext(ctx, inList(finishDeadSQL, t.Name, len(ids)), append([]any{c.msg}, anys(ids)...)...); err != nil {
 			return err
 		}
 	}
@@ -131,7 +131,7 @@ func lockLeases(ctx context.Context, tx *sql.Tx, t *table, w *seedcore.Work, los
 		at     sql.NullTime
 	}
 	cur := map[string]current{}
-	if err := queryEach(ctx, tx, inList(finishLockSQL, t.name, len(all)), anys(all), func(r *sql.Rows) error {
+	if err := queryEach(ctx, tx, inList(finishLockSQL, t.Name, len(all)), anys(all), func(r *sql.Rows) error {
 		var id string
 		var c current
 		if err := r.Scan(&id, &c.status, &c.at); err != nil {
@@ -193,7 +193,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 		res.Recovered += rec
 		res.DeadLettered += dead
 		if err != nil {
-			return res, fmt.Errorf("seedstore: recover %s: %w", t.raw, err)
+			return res, fmt.Errorf("seedstore: recover %s: %w", t.Raw, err)
 		}
 	}
 	s.core.EndRecover(before)
@@ -205,14 +205,14 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 // that used their last one).
 func (s *Store) recover(ctx context.Context, t *table, timeout int64, maxAttempts int) (recovered, dead int, err error) {
 	if !s.core.RecoveryCounts {
-		res, err := s.db.ExecContext(ctx, t.sql.recover, timeout)
+		res, err := s.shared.DB.ExecContext(ctx, t.sql.recover, timeout)
 		if err != nil {
 			return 0, 0, err
 		}
 		n, _ := res.RowsAffected()
 		return int(n), 0, nil
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.shared.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, 0, err
 	}

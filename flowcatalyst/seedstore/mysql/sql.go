@@ -4,31 +4,42 @@ import (
 	"strings"
 
 	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore/internal/seedcore"
+	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore/internal/seedsql"
 )
 
 // statements are the statements of one table.
 type statements struct {
-	insert, get, list, count, requeue, prune string
-	heads, busy                              string
-	cand, candNull                           string
-	before, beforeNull                       string
-	unordered                                string
-	finishDefer, finishRelease               string
-	recover, recoverDead, recoverN           string
-	ddl                                      string
+	heads, busy                    string
+	cand, candNull                 string
+	before, beforeNull             string
+	unordered                      string
+	finishDefer, finishRelease     string
+	recover, recoverDead, recoverN string
+	ddl                            string
 }
 
 // due is whether a PENDING row may be sent now (processed_at of a PENDING
 // row is its retry time).
 const due = `(processed_at IS NULL OR processed_at <= NOW())`
 
-// buildStatements returns the statements for table t (already quoted with
-// backticks): each named statement below with {T} the table, {COLS} the
-// columns and {DUE} the condition due.
+// replacer fills in a statement below for table t (already quoted with
+// backticks): {T} the table, {COLS} the columns and {DUE} the condition
+// due.
+func replacer(t string) func(string) string {
+	return strings.NewReplacer("{T}", t, "{COLS}", seedcore.Columns, "{DUE}", due).Replace
+}
+
+// sharedStatements returns the statements for table t that package
+// seedsql runs.
+func sharedStatements(t string) seedsql.Statements {
+	q := replacer(t)
+	return seedsql.Statements{Insert: q(insertSQL), Get: q(getSQL), List: q(listSQL), Count: q(countSQL), Requeue: q(requeueSQL), Prune: q(pruneSQL)}
+}
+
+// buildStatements returns this store's own statements for table t.
 func buildStatements(t string) statements {
-	q := strings.NewReplacer("{T}", t, "{COLS}", seedcore.Columns, "{DUE}", due).Replace
+	q := replacer(t)
 	return statements{
-		insert: q(insertSQL), get: q(getSQL), list: q(listSQL), count: q(countSQL), requeue: q(requeueSQL), prune: q(pruneSQL),
 		heads: q(headsSQL), busy: q(busySQL), cand: q(candSQL), candNull: q(candNullSQL),
 		before: q(beforeSQL), beforeNull: q(beforeNullSQL), unordered: q(unorderedSQL),
 		finishDefer: q(finishDeferSQL), finishRelease: q(finishReleaseSQL),

@@ -10,33 +10,30 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore/internal/seedcore"
+	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore/internal/seedsql"
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
 // DB is what the Store needs of a database handle; *sql.DB has it. It must
 // be opened with github.com/go-sql-driver/mysql; see New.
-type DB interface {
-	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
+type DB = seedsql.DB
 
 // Default table names, as in seed 004.
 const (
-	DefaultEventsTable       = seedcore.DefaultEventsTable
-	DefaultDispatchJobsTable = seedcore.DefaultDispatchJobsTable
+	DefaultEventsTable       = "outbox_events"
+	DefaultDispatchJobsTable = "outbox_dispatch_jobs"
 )
 
 // DefaultNullGroup is the group of rows whose message_group is NULL, as in
 // the seed.
-const DefaultNullGroup = seedcore.DefaultNullGroup
+const DefaultNullGroup = "default"
 
 // Seed statuses.
 const (
-	StatusPending    = seedcore.StatusPending
-	StatusProcessing = seedcore.StatusProcessing
-	StatusCompleted  = seedcore.StatusCompleted
-	StatusFailed     = seedcore.StatusFailed
+	StatusPending    = "PENDING"
+	StatusProcessing = "PROCESSING"
+	StatusCompleted  = "COMPLETED"
+	StatusFailed     = "FAILED"
 )
 
 // Options configures a Store.
@@ -70,18 +67,20 @@ type Options struct {
 // Store is an outbox.Store over seed 004's tables in MySQL or MariaDB. It
 // is safe for concurrent use.
 type Store struct {
-	db     DB
-	core   *seedcore.Core
-	tables []*table // events, dispatch jobs
+	shared *seedsql.Store // the handle, the tables, what both SQL stores do alike
+	core   *seedcore.Core // shared.Core
+	tables []*table       // events, dispatch jobs
 }
 
-// table is one of the two tables.
+// table is one of the two tables: its name and shared statements, and this
+// store's own statements.
 type table struct {
-	topic string
-	name  string // quoted, possibly qualified
-	raw   string // as configured
-	sql   statements
+	*seedsql.Table
+	sql statements
 }
+
+// dialect is how the shared statements differ on this database.
+var dialect = seedsql.Dialect{Quote: "`", Precision: time.Second, RepeatListArgs: true}
 
 // New returns a Store over db, a MySQL 8 or MariaDB 10.6+ database holding
 // seed 004's tables (the seed's DDL; see CreateTables). It does not touch
@@ -91,21 +90,13 @@ type table struct {
 // loc=UTC and the session time zone '+00:00', so that the seed's TIMESTAMP
 // columns read and compare in UTC; DSN adds these to a DSN.
 func New(db DB, opts Options) (*Store, error) {
-	if db == nil {
-		return nil, outbox.InvalidParam("db", "is nil")
-	}
-	o := seedcore.Options(opts)
-	core, err := seedcore.New(&o)
+	shared, err := seedsql.New(db, seedcore.Options(opts), dialect, sharedStatements)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, core: core}
-	for _, t := range core.Tables() {
-		q, err := seedcore.QuoteIdent(t.Name, "`")
-		if err != nil {
-			return nil, outbox.InvalidParam(t.Field, err.Error())
-		}
-		s.tables = append(s.tables, &table{topic: t.Topic, name: q, raw: t.Name, sql: buildStatements(q)})
+	s := &Store{shared: shared, core: shared.Core}
+	for _, t := range shared.Tables {
+		s.tables = append(s.tables, &table{Table: t, sql: buildStatements(t.Name)})
 	}
 	return s, nil
 }
@@ -138,7 +129,7 @@ func (s *Store) Topics() []string { return s.core.Topics() }
 // tableOf returns the table of topic.
 func (s *Store) tableOf(topic string) *table {
 	for _, t := range s.tables {
-		if t.topic == topic {
+		if t.Topic == topic {
 			return t
 		}
 	}

@@ -34,7 +34,7 @@ func (s *Store) claim(ctx context.Context, t *table, limit int, owner string) ([
 	more, err := s.claimWith(ctx, t, t.sql.claimUnordered, owner, limit-len(out))
 	if err != nil {
 		if len(out) > 0 {
-			s.core.Log.WarnContext(ctx, "seedstore: claim failed", "table", t.raw, "err", err)
+			s.core.Log.WarnContext(ctx, "seedstore: claim failed", "table", t.Raw, "err", err)
 			return out, nil
 		}
 		return nil, err
@@ -45,9 +45,9 @@ func (s *Store) claim(ctx context.Context, t *table, limit int, owner string) ([
 // claimWith runs the claim statement stmt and remembers the leases of the
 // rows it returns.
 func (s *Store) claimWith(ctx context.Context, t *table, stmt, owner string, args ...any) ([]outbox.Message, error) {
-	rows, err := s.db.QueryContext(ctx, stmt, args...)
+	rows, err := s.shared.DB.QueryContext(ctx, stmt, args...)
 	if err != nil {
-		return nil, fmt.Errorf("seedstore: claim %s: %w", t.raw, err)
+		return nil, fmt.Errorf("seedstore: claim %s: %w", t.Raw, err)
 	}
 	defer rows.Close()
 	var out []outbox.Message
@@ -55,16 +55,16 @@ func (s *Store) claimWith(ctx context.Context, t *table, stmt, owner string, arg
 	for rows.Next() {
 		var r seedcore.Row
 		if err := rows.Scan(r.Dest()...); err != nil {
-			return nil, fmt.Errorf("seedstore: claim %s: %w", t.raw, err)
+			return nil, fmt.Errorf("seedstore: claim %s: %w", t.Raw, err)
 		}
-		m := s.core.Message(&r, t.topic)
+		m := s.core.Message(&r, t.Topic)
 		m.ClaimedBy = owner
 		out = append(out, m)
 		claimed = append(claimed, r.ProcessedAt.Time)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("seedstore: claim %s: %w", t.raw, err)
+		return nil, fmt.Errorf("seedstore: claim %s: %w", t.Raw, err)
 	}
-	s.core.Remember(t.topic, out, claimed)
+	s.core.Remember(t.Topic, out, claimed)
 	return out, nil
 }

@@ -33,6 +33,8 @@
 //
 // store.go holds New and Options; enqueue.go Insert and MessageEnqueue;
 // claim.go MessageClaim; finish.go MessageFinish and MessageRecover;
-// query.go the reads, requeue and prune; migrate.go CreateTables; sql.go
+// query.go the reads, requeue and prune (run by
+// flowcatalyst/seedstore/internal/seedsql, shared with the other SQL
+// store); migrate.go CreateTables; sql.go
 // every statement, one named constant each.
 package postgres

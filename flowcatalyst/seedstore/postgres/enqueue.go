@@ -4,18 +4,16 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore/internal/seedcore"
+	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore/internal/seedsql"
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
 // Execer runs a statement: *sql.Tx (the usual case: the application's own
 // transaction), *sql.DB or *sql.Conn.
-type Execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
+type Execer = seedsql.Execer
 
 // Item is one row to insert into a seed table.
 type Item struct {
@@ -48,55 +46,14 @@ func (s *Store) Insert(ctx context.Context, ex Execer, items ...Item) ([]string,
 	for i, it := range items {
 		in[i] = seedcore.Item(it)
 	}
-	rows, err := s.core.PrepareItems(in)
-	if err != nil {
-		return nil, err
-	}
-	return s.insert(ctx, ex, rows)
-}
-
-// insert writes prepared rows through ex.
-func (s *Store) insert(ctx context.Context, ex Execer, rows []seedcore.Item) ([]string, error) {
-	ids := make([]string, len(rows))
-	for i, it := range rows {
-		t := s.tableOf(it.Topic)
-		var group any
-		if it.Group != "" {
-			group = it.Group
-		}
-		var due any
-		if !it.DueAt.IsZero() {
-			due = seedcore.At(it.DueAt)
-		}
-		if _, err := ex.ExecContext(ctx, t.sql.insert, it.ID, it.Topic, group, string(it.Payload), seedcore.At(it.CreatedAt), due); err != nil {
-			return nil, fmt.Errorf("seedstore: insert into %s: %w", t.raw, err)
-		}
-		ids[i] = it.ID
-	}
-	return ids, nil
+	return s.shared.Insert(ctx, ex, in)
 }
 
 // MessageEnqueue implements outbox.Enqueuer: it writes the messages as
 // PENDING rows in a transaction of its own; see MessageEnqueueTx for the
 // mapping.
 func (s *Store) MessageEnqueue(ctx context.Context, p outbox.MessageEnqueueParams) ([]outbox.Enqueued, error) {
-	items, err := s.core.ItemsOf(p, true)
-	if err != nil {
-		return nil, err
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("seedstore: enqueue: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	out, err := s.enqueue(ctx, tx, items)
-	if err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("seedstore: enqueue: %w", err)
-	}
-	return out, nil
+	return s.shared.Enqueue(ctx, p)
 }
 
 // MessageEnqueueTx implements outbox.Enqueuer[*sql.Tx]: the rows are
@@ -117,21 +74,5 @@ func (s *Store) MessageEnqueueTx(ctx context.Context, tx *sql.Tx, p outbox.Messa
 	if tx == nil {
 		return nil, outbox.InvalidParam("tx", "is nil")
 	}
-	items, err := s.core.ItemsOf(p, true)
-	if err != nil {
-		return nil, err
-	}
-	return s.enqueue(ctx, tx, items)
-}
-
-// enqueue inserts items through ex and returns the stored messages.
-func (s *Store) enqueue(ctx context.Context, ex Execer, items []seedcore.Item) ([]outbox.Enqueued, error) {
-	rows, err := s.core.PrepareItems(items)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.insert(ctx, ex, rows); err != nil {
-		return nil, err
-	}
-	return s.core.Enqueued(items, time.Microsecond), nil
+	return s.shared.EnqueueTx(ctx, tx, p)
 }

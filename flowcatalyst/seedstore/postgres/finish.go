@@ -23,19 +23,19 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	if len(f.Tables) == 0 {
 		return f.Result, nil
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.shared.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return outbox.FinishResult{}, fmt.Errorf("seedstore: finish: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	var lost []string
 	for _, t := range s.tables {
-		w := f.Tables[t.topic]
+		w := f.Tables[t.Topic]
 		if w == nil {
 			continue
 		}
 		if err := finishTable(ctx, tx, t, w, &lost); err != nil {
-			return outbox.FinishResult{}, fmt.Errorf("seedstore: finish %s: %w", t.raw, err)
+			return outbox.FinishResult{}, fmt.Errorf("seedstore: finish %s: %w", t.Raw, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -108,7 +108,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	var res outbox.RecoverResult
 	for _, t := range s.tables {
 		if err := s.recover(ctx, t, timeout, p.MaxAttempts, &res); err != nil {
-			return res, fmt.Errorf("seedstore: recover %s: %w", t.raw, err)
+			return res, fmt.Errorf("seedstore: recover %s: %w", t.Raw, err)
 		}
 	}
 	s.core.EndRecover(before)
@@ -117,7 +117,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 
 // recover recovers t's stuck rows (recoverSQL) and counts them into res.
 func (s *Store) recover(ctx context.Context, t *table, timeout int64, maxAttempts int, res *outbox.RecoverResult) error {
-	rows, err := s.db.QueryContext(ctx, t.sql.recover, timeout, maxAttempts, seedcore.LeaseExpiredText, s.core.RecoveryCounts)
+	rows, err := s.shared.DB.QueryContext(ctx, t.sql.recover, timeout, maxAttempts, seedcore.LeaseExpiredText, s.core.RecoveryCounts)
 	if err != nil {
 		return err
 	}

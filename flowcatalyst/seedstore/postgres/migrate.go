@@ -27,10 +27,10 @@ CREATE INDEX IF NOT EXISTS "{IDX}" ON {T}(status, message_group, created_at)`
 // defines them, when they do not exist yet.
 func (s *Store) CreateTables(ctx context.Context) error {
 	for _, t := range s.tables {
-		ddl := strings.NewReplacer("{T}", t.name, "{IDX}", seedcore.IndexName(t.raw)).Replace(createTableSQL)
+		ddl := strings.NewReplacer("{T}", t.Name, "{IDX}", seedcore.IndexName(t.Raw)).Replace(createTableSQL)
 		for _, stmt := range strings.Split(ddl, ";\n") {
-			if _, err := s.db.ExecContext(ctx, stmt); err != nil {
-				return fmt.Errorf("seedstore: create %s: %w", t.raw, err)
+			if _, err := s.shared.DB.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("seedstore: create %s: %w", t.Raw, err)
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore/internal/seedcore"
 	"github.com/outboxkit/outboxkit/outbox"
@@ -11,134 +10,29 @@ import (
 // MessageGet returns one row by id (tenant must be ""), looking in the
 // events table first.
 func (s *Store) MessageGet(ctx context.Context, p outbox.MessageGetParams) (outbox.Message, error) {
-	if p.Tenant != "" {
-		return outbox.Message{}, outbox.ErrNotFound
-	}
-	for _, t := range s.tables {
-		r, found, err := s.get(ctx, t, p.ID)
-		if err != nil {
-			return outbox.Message{}, fmt.Errorf("seedstore: get: %w", err)
-		}
-		if found {
-			return s.core.Message(&r, t.topic), nil
-		}
-	}
-	return outbox.Message{}, outbox.ErrNotFound
-}
-
-// get returns the row of t with id, or false.
-func (s *Store) get(ctx context.Context, t *table, id string) (seedcore.Row, bool, error) {
-	rows, err := s.db.QueryContext(ctx, t.sql.get, id)
-	if err != nil {
-		return seedcore.Row{}, false, err
-	}
-	defer rows.Close()
-	var r seedcore.Row
-	if !rows.Next() {
-		return r, false, rows.Err()
-	}
-	if err := rows.Scan(r.Dest()...); err != nil {
-		return r, false, err
-	}
-	return r, true, rows.Err()
+	return s.shared.MessageGet(ctx, p)
 }
 
 // Ping implements outbox.Pinger, the processor's start-up probe: a
 // one-row listing, which also finds missing tables.
-func (s *Store) Ping(ctx context.Context) error {
-	_, err := s.MessageList(ctx, outbox.MessageListParams{Limit: 1})
-	return err
-}
+func (s *Store) Ping(ctx context.Context) error { return s.shared.Ping(ctx) }
 
 // MessageList returns rows ordered by id (a TSID, so by creation), filtered
 // by status, topic and group. Pagination (AfterSeq) works for TSID ids.
 func (s *Store) MessageList(ctx context.Context, p outbox.MessageListParams) (outbox.MessagePage, error) {
-	q, ok, err := seedcore.BeginList(p)
-	if err != nil || !ok {
-		return outbox.MessagePage{}, err
-	}
-	var all []outbox.Message
-	for _, t := range s.tables {
-		if q.Topic != "" && q.Topic != t.topic {
-			continue
-		}
-		if all, err = s.list(ctx, t, q, all); err != nil {
-			return outbox.MessagePage{}, fmt.Errorf("seedstore: list: %w", err)
-		}
-	}
-	return q.Page(all), nil
-}
-
-// list appends t's rows matching q to all.
-func (s *Store) list(ctx context.Context, t *table, q seedcore.List, all []outbox.Message) ([]outbox.Message, error) {
-	rows, err := s.db.QueryContext(ctx, t.sql.list, q.After, q.Status, q.Group, q.Limit+1)
-	if err != nil {
-		return all, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var r seedcore.Row
-		if err := rows.Scan(r.Dest()...); err != nil {
-			return all, err
-		}
-		all = append(all, s.core.Message(&r, t.topic))
-	}
-	return all, rows.Err()
+	return s.shared.MessageList(ctx, p)
 }
 
 // MessageCount counts rows of both tables by status (COMPLETED counts as
 // SENT; every outbox status is present).
 func (s *Store) MessageCount(ctx context.Context, p outbox.MessageCountParams) (map[outbox.Status]int64, error) {
-	out := seedcore.NewCounts()
-	if p.Tenant != "" && !p.AllTenants {
-		return out, nil
-	}
-	for _, t := range s.tables {
-		if err := s.count(ctx, t, out); err != nil {
-			return nil, fmt.Errorf("seedstore: count: %w", err)
-		}
-	}
-	return out, nil
-}
-
-// count adds t's rows by status to out.
-func (s *Store) count(ctx context.Context, t *table, out map[outbox.Status]int64) error {
-	rows, err := s.db.QueryContext(ctx, t.sql.count)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var st string
-		var n int64
-		if err := rows.Scan(&st, &n); err != nil {
-			return err
-		}
-		out[seedcore.OutboxStatus(st)] += n
-	}
-	return rows.Err()
+	return s.shared.MessageCount(ctx, p)
 }
 
 // MessageRequeue moves a FAILED row back to PENDING, due now, with
 // retry_count 0 and no error message.
 func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParams) (outbox.Message, error) {
-	if p.Tenant != "" {
-		return outbox.Message{}, outbox.ErrNotFound
-	}
-	for _, t := range s.tables {
-		res, err := s.db.ExecContext(ctx, t.sql.requeue, p.ID)
-		if err != nil {
-			return outbox.Message{}, fmt.Errorf("seedstore: requeue: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n > 0 {
-			return s.MessageGet(ctx, outbox.MessageGetParams{ID: p.ID})
-		}
-	}
-	m, err := s.MessageGet(ctx, outbox.MessageGetParams{ID: p.ID})
-	if err != nil {
-		return outbox.Message{}, err
-	}
-	return outbox.Message{}, seedcore.RequeueRefused(m)
+	return s.shared.MessageRequeue(ctx, p)
 }
 
 // MessagePrune deletes COMPLETED and FAILED rows finished before p.Before,
@@ -146,29 +40,13 @@ func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParam
 // p.Statuses, p.Topic and p.DryRun (outbox.ErrInvalidInput) rather than
 // delete more than asked.
 func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (int, error) {
-	limit, err := seedcore.PruneLimit(p)
-	if err != nil {
-		return 0, err
-	}
-	total := 0
-	for _, t := range s.tables {
-		res, err := s.db.ExecContext(ctx, t.sql.prune, seedcore.At(p.Before), limit)
-		if err != nil {
-			return total, fmt.Errorf("seedstore: prune: %w", err)
-		}
-		n, _ := res.RowsAffected()
-		total += int(n)
-	}
-	return total, nil
+	return s.shared.MessagePrune(ctx, p)
 }
 
 // AttemptList returns no attempts: the seed tables keep none. It returns
 // outbox.ErrNotFound when the row does not exist.
 func (s *Store) AttemptList(ctx context.Context, p outbox.AttemptListParams) ([]outbox.Attempt, error) {
-	if _, err := s.MessageGet(ctx, outbox.MessageGetParams{Tenant: p.Tenant, ID: p.MessageID}); err != nil {
-		return nil, err
-	}
-	return nil, nil
+	return s.shared.AttemptList(ctx, p)
 }
 
 // MessageApplyReceipt returns outbox.ErrNotFound: FlowCatalyst sends no

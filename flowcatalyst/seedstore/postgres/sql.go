@@ -4,32 +4,43 @@ import (
 	"strings"
 
 	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore/internal/seedcore"
+	"github.com/outboxkit/outboxkit/flowcatalyst/seedstore/internal/seedsql"
 )
 
 // statements are the statements of one table.
 type statements struct {
 	claim, claimUnordered                              string
 	finishSent, finishRetry, finishDead, finishRelease string
-	recover, get, list, count, requeue, prune          string
-	insert                                             string
+	recover                                            string
 }
 
 // dbNow is the database's clock as the seed's TIMESTAMP columns hold it
 // (UTC).
 const dbNow = `(now() AT TIME ZONE 'UTC')`
 
-// buildStatements returns the statements for table t (already quoted):
-// each named statement below with {T} the table, {COLS} the columns,
-// {MCOLS} the columns of the alias m and {NOW} the database's clock.
-func buildStatements(t string) statements {
-	q := strings.NewReplacer("{T}", t, "{COLS}", seedcore.Columns,
+// replacer fills in a statement below for table t (already quoted): {T}
+// the table, {COLS} the columns, {MCOLS} the columns of the alias m and
+// {NOW} the database's clock.
+func replacer(t string) func(string) string {
+	return strings.NewReplacer("{T}", t, "{COLS}", seedcore.Columns,
 		"{MCOLS}", "m."+strings.ReplaceAll(seedcore.Columns, ", ", ", m."), "{NOW}", dbNow).Replace
+}
+
+// buildStatements returns this store's own statements for table t.
+func buildStatements(t string) statements {
+	q := replacer(t)
 	return statements{
 		claim: q(claimSQL), claimUnordered: q(claimUnorderedSQL),
 		finishSent: q(finishSentSQL), finishRetry: q(finishRetrySQL), finishDead: q(finishDeadSQL), finishRelease: q(finishReleaseSQL),
-		recover: q(recoverSQL), insert: q(insertSQL), get: q(getSQL), list: q(listSQL), count: q(countSQL),
-		requeue: q(requeueSQL), prune: q(pruneSQL),
+		recover: q(recoverSQL),
 	}
+}
+
+// sharedStatements returns the statements for table t that package
+// seedsql runs.
+func sharedStatements(t string) seedsql.Statements {
+	q := replacer(t)
+	return seedsql.Statements{Insert: q(insertSQL), Get: q(getSQL), List: q(listSQL), Count: q(countSQL), Requeue: q(requeueSQL), Prune: q(pruneSQL)}
 }
 
 // claimSQL claims up to $1 rows, at most $2 per group, FIFO per group.
