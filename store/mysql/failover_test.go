@@ -315,7 +315,7 @@ func freeTCPPort(t *testing.T) int {
 // go-sql-driver/mysql connects to one address only. It forwards every
 // connection to the current target; move points new connections to
 // another server and cuts the open ones, as a moved virtual IP does (their
-// packets meet a host that knows nothing of them and is reset).
+// packets meet a host that knows nothing of them and are reset).
 type vip struct {
 	ln     net.Listener
 	target atomic.Pointer[string]
