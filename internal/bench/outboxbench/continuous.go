@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"sync"
@@ -50,51 +51,22 @@ func benchContinuous(ctx context.Context, c config, pool *pgxpool.Pool, procs, b
 	enqueued.Store(int64(backlog))
 	pub := newFIFO()
 	stop := runProcessors(ctx, c.dsn, s, pub, procs, outbox.Config{PollBatchSize: c.claimBatch, BufferSize: 2 * c.claimBatch, MaxConcurrentGroups: 10, PollInterval: 100 * time.Millisecond})
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel() // on an early return (the caller then exits)
 	ob := outbox.New[pgx.Tx](s, outbox.Options{})
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := mrand.New(mrand.NewPCG(uint64(w), 2))
-			msgs := make([]outbox.Message, 100)
-			for i := 0; pctx.Err() == nil; i++ {
-				if enqueued.Load()-pub.n.Load() >= int64(backlog) {
-					time.Sleep(time.Millisecond)
-					continue
-				}
-				for j := range msgs {
-					n := rng.IntN(c.drainGroups)
-					if !sharedGroups {
-						n = w + 4*rng.IntN(c.drainGroups/4)
-					}
-					g := fmt.Sprintf("group-%04d", n)
-					msgs[j] = outbox.Message{Topic: "bench", Group: g, Payload: payload(g, i)}
-				}
-				if _, err := ob.Enqueue(pctx, msgs...); err != nil {
-					if pctx.Err() == nil {
-						errs <- err
-					}
-					return
-				}
-				enqueued.Add(int64(len(msgs)))
-			}
-		}()
-	}
+	stopProducers := produce(ctx, backlog, &pub.n, &enqueued, func(w int, rng *mrand.Rand) string {
+		n := rng.IntN(c.drainGroups)
+		if !sharedGroups {
+			n = w + 4*rng.IntN(c.drainGroups/4)
+		}
+		return groupNames[n]
+	}, func(ctx context.Context, msgs []outbox.Message) error {
+		_, err := ob.Enqueue(ctx, msgs...)
+		return err
+	})
 	win, err := measureWindow(ctx, c, pool, s.Schema(), &pub.n, &enqueued)
 	if err != nil {
 		return 0, "", err
 	}
-	cancel()
-	wg.Wait()
-	close(errs)
-	if err := stop(); err != nil {
-		return 0, "", err
-	}
-	if err := <-errs; err != nil {
+	if err := errors.Join(stopProducers(), stop()); err != nil {
 		return 0, "", err
 	}
 	note := fmt.Sprintf("enqueued %.0f msg/s, backlog %d-%d", win.enqueueRate(), win.lo, win.hi)
@@ -112,6 +84,48 @@ func (f *fifoPublisher) fifoNote() string {
 		note = fmt.Sprintf(", FIFO held: NO (%d out of order)", v)
 	}
 	return note + fmt.Sprintf(", duplicates: %d", f.dup.Load())
+}
+
+// produce runs the continuous runs' 4 producers until stop: each enqueues
+// 100 messages per transaction, in groups group draws (w is the producer),
+// whenever the backlog (enqueued, not yet published) is below backlog.
+// stop returns the first error.
+func produce(ctx context.Context, backlog int, published, enqueued *atomic.Int64, group func(w int, rng *mrand.Rand) string,
+	enqueue func(context.Context, []outbox.Message) error) (stop func() error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := mrand.New(mrand.NewPCG(uint64(w), 2))
+			msgs := make([]outbox.Message, 100)
+			for i := 0; ctx.Err() == nil; i++ {
+				if enqueued.Load()-published.Load() >= int64(backlog) {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				for j := range msgs {
+					g := group(w, rng)
+					msgs[j] = outbox.Message{Topic: "bench", Group: g, Payload: payload(g, i)}
+				}
+				if err := enqueue(ctx, msgs); err != nil {
+					if ctx.Err() == nil {
+						errs <- fmt.Errorf("enqueue: %w", err)
+					}
+					return
+				}
+				enqueued.Add(int64(len(msgs)))
+			}
+		}()
+	}
+	return func() error {
+		cancel()
+		wg.Wait()
+		close(errs)
+		return <-errs
+	}
 }
 
 // window is what a continuous run did over its measured window.

@@ -385,59 +385,23 @@ func benchLogProto(ctx context.Context, c config, pool *pgxpool.Pool, procs, bac
 	}
 	var enqueued atomic.Int64
 	enqueued.Store(int64(backlog))
-	if c.hold {
-		release, err := holdHorizon(ctx, c.dsn)
-		if err != nil {
-			return 0, "", err
-		}
-		defer release()
-	}
-	wpool, err := newPoolNamed(ctx, c.dsn, int32(procs+4), procApp)
+	ws, release, err := lpWorkerStore(ctx, c, s, procs)
 	if err != nil {
 		return 0, "", err
 	}
-	defer wpool.Close()
-	ws := &lpStore{pool: wpool, schema: s.schema, q: s.q}
+	defer release()
 	pub := newFIFO()
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
 	stopWorkers := lpWorkers(ctx, ws, pub, procs, c)
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := mrand.New(mrand.NewPCG(uint64(w), 2))
-			msgs := make([]outbox.Message, 100)
-			for i := 0; pctx.Err() == nil; i++ {
-				if enqueued.Load()-pub.n.Load() >= int64(backlog) {
-					time.Sleep(time.Millisecond)
-					continue
-				}
-				for j := range msgs {
-					g := lpGroup(w + 4*rng.IntN(c.lpGroups/4))
-					msgs[j] = outbox.Message{Topic: "bench", Group: g, Payload: payload(g, i)}
-				}
-				if err := s.enqueue(pctx, msgs); err != nil {
-					if pctx.Err() == nil {
-						errs <- fmt.Errorf("enqueue: %w", err)
-					}
-					return
-				}
-				enqueued.Add(int64(len(msgs)))
-			}
-		}()
-	}
+	stopProducers := produce(ctx, backlog, &pub.n, &enqueued, func(w int, rng *mrand.Rand) string {
+		return lpGroup(w + 4*rng.IntN(c.lpGroups/4))
+	}, s.enqueue)
 	win, err := measureWindow(ctx, c, pool, s.schema, &pub.n, &enqueued)
 	if err != nil {
 		return 0, "", err
 	}
-	cancel()
-	wg.Wait()
-	close(errs)
+	perr := stopProducers()
 	claims, rescans, werr := stopWorkers()
-	if err := errors.Join(<-errs, werr); err != nil {
+	if err := errors.Join(perr, werr); err != nil {
 		return 0, "", err
 	}
 	note := fmt.Sprintf("log prototype: enqueued %.0f msg/s, backlog %d-%d", win.enqueueRate(), win.lo, win.hi) + pub.fifoNote()
@@ -519,19 +483,11 @@ func benchLogProtoDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs
 	if err := lpFill(ctx, s, c.drainN, c.drainGroups); err != nil {
 		return 0, "", err
 	}
-	if c.hold {
-		release, err := holdHorizon(ctx, c.dsn)
-		if err != nil {
-			return 0, "", err
-		}
-		defer release()
-	}
-	wpool, err := newPoolNamed(ctx, c.dsn, int32(procs+4), procApp)
+	ws, release, err := lpWorkerStore(ctx, c, s, procs)
 	if err != nil {
 		return 0, "", err
 	}
-	defer wpool.Close()
-	ws := &lpStore{pool: wpool, schema: s.schema, q: s.q}
+	defer release()
 	settle()
 	w0, err := schemaWork(ctx, pool, s.schema)
 	if err != nil {
@@ -585,4 +541,22 @@ func benchLogProtoEnqueue(ctx context.Context, c config, pool *pgxpool.Pool, per
 	defer cleanup()
 	rate, _, err := enqueueClients(c, per, spread, func(msgs []outbox.Message) error { return s.enqueue(ctx, msgs) })
 	return rate, "log prototype", err
+}
+
+// lpWorkerStore returns s on a pool of the workers' own (their backends'
+// CPU is told apart), with the cleanup horizon held from a session of its
+// own when c.hold; release undoes both.
+func lpWorkerStore(ctx context.Context, c config, s *lpStore, procs int) (ws *lpStore, release func(), err error) {
+	unhold := func() {}
+	if c.hold {
+		if unhold, err = holdHorizon(ctx, c.dsn); err != nil {
+			return nil, nil, err
+		}
+	}
+	wpool, err := newPoolNamed(ctx, c.dsn, int32(procs+4), procApp)
+	if err != nil {
+		unhold()
+		return nil, nil, err
+	}
+	return &lpStore{pool: wpool, schema: s.schema, q: s.q}, func() { wpool.Close(); unhold() }, nil
 }
