@@ -19,8 +19,9 @@ import (
 // instances lease the databases among themselves through a ShardLeaser.
 //
 //   - Balanced: with N databases and k live instances each instance serves
-//     about N/k; a new instance takes its share within a few lease renewals
-//     (the others stop and release their excess), and the databases of an
+//     about N/k; a new instance takes its share within about LeaseTTL (the
+//     others stop and release their excess once it lasted LeaseTTL), and
+//     the databases of an
 //     instance that died move to the others once its lease (LeaseTTL)
 //     expires.
 //   - One instance at a time: an instance starts a database's processor
@@ -54,6 +55,9 @@ type Fleet struct {
 	leaseErr error
 	ticks    int
 	shards   map[string]*fleetShard
+	// excessSince is when this instance started serving more than its
+	// share (zero when it does not).
+	excessSince time.Time
 }
 
 // FleetConfig configures a Fleet. Databases, Open, Publisher and Leaser are
@@ -427,16 +431,30 @@ func (f *Fleet) rebalanceLocked() (need int) {
 		}
 	}
 	target := f.targetLocked()
-	if len(active) > target {
+	if len(active) <= target {
+		f.excessSince = time.Time{}
+		return target - len(active)
+	}
+	// An excess is handed over once it lasted a lease period. A member
+	// that died counts until its membership expires: when its replacement
+	// joins meanwhile (a process restarted after a crash), the share looks
+	// smaller than it is, and handing over at once would move databases
+	// only for the survivors to take the dead member's right after, each
+	// move a stop, a release and a start.
+	now := time.Now()
+	if f.excessSince.IsZero() {
+		f.excessSince = now
+	}
+	if now.Sub(f.excessSince) >= f.cfg.LeaseTTL {
 		slices.SortFunc(active, func(a, b *fleetShard) int {
 			return cmp.Compare(preference(f.cfg.ID, a.name), preference(f.cfg.ID, b.name))
 		})
 		for _, sh := range active[:len(active)-target] {
 			f.stopLocked(sh, "handing it over to balance the fleet")
 		}
-		return 0
+		f.excessSince = time.Time{}
 	}
-	return target - len(active)
+	return 0
 }
 
 // acquire takes up to need databases whose leases are free, those this

@@ -415,6 +415,7 @@ func TestFleetChaos(t *testing.T) {
 	t.Logf("FIGURE fleet with a kill every 6s: %d messages, p50 %s, p99 %s; longest wait for a database after each kill: %v (target: 2 lease periods, %s)",
 		cn, c50.Round(time.Millisecond), c99.Round(time.Millisecond), resumes, 2*chaosLeaseTTL)
 	t.Logf("FIGURE fleet: %d messages committed, 0 lost, FIFO held, %d published twice, %d kills", total, dups, len(kills))
+	t.Logf("FIGURE fleet hand-overs to balance the fleet: %d after the first kill (%d before)", handOvers(t, logDir, kills[0]), handOvers(t, logDir, time.Time{})-handOvers(t, logDir, kills[0]))
 }
 
 // machineCost reports what the fleet costs the machine now: the private
@@ -462,6 +463,30 @@ func procKB(path, key string) int64 {
 		}
 	}
 	return 0
+}
+
+// handOvers counts the databases the processes handed over to balance the
+// fleet after from, from their logs.
+func handOvers(t *testing.T, dir string, from time.Time) int {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.out"))
+	n := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.Contains(line, "handing it over to balance the fleet") {
+				continue
+			}
+			ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+			if at, err := time.Parse(time.RFC3339Nano, ts); err == nil && !at.Before(from) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // fleetRecord is one line of a child's publication log.
