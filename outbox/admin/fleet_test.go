@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -367,6 +368,9 @@ func TestFleetView(t *testing.T) {
 		}
 		if got := tb.text(`#fleet-table tr[data-database="` + f.dbs[0] + `"] td[data-pending]`); got != fmt.Sprint(f.parked) {
 			t.Errorf("%s: the due pending cell reads %q, want %d", f.dbs[0], got, f.parked)
+		}
+		if os.Getenv("OUTBOXKIT_SCREENSHOTS") != "" {
+			shoot(t, tb, "console-fleet.png", "fleet")
 		}
 		if got := tb.text(`#fleet-summary`); !strings.Contains(got, "Instance "+id+" of 2 (a, b)") || !strings.Contains(got, "4 databases listed, 0 unserved") {
 			t.Errorf("the summary reads %q", got)
