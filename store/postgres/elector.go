@@ -8,6 +8,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outboxkit/internal/surface"
+)
+
+// Every store offers an Elector of the same shape.
+var (
+	_ surface.Elector                            = (*Elector)(nil)
+	_ surface.Electing[ElectorOptions, *Elector] = (*Store)(nil)
 )
 
 // ElectorOptions configures an Elector. The zero value is valid.
