@@ -53,3 +53,32 @@ func Example_withTransaction() {
 	}
 	store.Notify() // or rely on change streams
 }
+
+// Single-active mode: of all replicas running this, only the leader
+// claims. The leader renews a lease document; when its process dies, the
+// lease expires and another replica takes over within LeaseTTL plus its
+// RetryInterval (at once when a leader stops cleanly).
+func ExampleElector() {
+	ctx := context.Background()
+	client, err := mongodrv.Connect(options.Client().ApplyURI("mongodb://127.0.0.1:27017"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Disconnect(ctx)
+	store, err := mongo.New(client.Database("shop"), mongo.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	publisher := outbox.PublishEach(func(ctx context.Context, m outbox.Message) outbox.Result { return outbox.Result{} })
+
+	el := store.Elector(mongo.ElectorOptions{}) // lease of 15 s, renewed every 2 s
+	// Either run the processor only while leading ...
+	go func() {
+		_ = el.Run(ctx, func(ctx context.Context) {
+			_ = outbox.Run(ctx, store, publisher, outbox.Config{Topics: []string{"orders"}})
+		})
+	}()
+	// ... or keep it running and let it idle while not leading:
+	//	go el.Run(ctx, nil)
+	//	outbox.Run(ctx, store, publisher, outbox.Config{Leader: el})
+}

@@ -51,3 +51,32 @@ func Example() {
 	})
 	go func() { _ = outbox.Run(ctx, store, publisher, outbox.Config{Topics: []string{"orders"}}) }()
 }
+
+// Single-active mode: of all replicas running this, only the leader
+// claims. The leader holds GET_LOCK on a connection of its own; when its
+// process dies, the server releases the lock and another replica takes
+// over within its RetryInterval.
+func ExampleElector() {
+	ctx := context.Background()
+	db, err := sql.Open("mysql", os.Getenv("MYSQL_DSN"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	store, err := mysql.New(db, mysql.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	publisher := outbox.PublishEach(func(ctx context.Context, m outbox.Message) outbox.Result { return outbox.Result{} })
+
+	el := store.Elector(mysql.ElectorOptions{})
+	// Either run the processor only while leading ...
+	go func() {
+		_ = el.Run(ctx, func(ctx context.Context) {
+			_ = outbox.Run(ctx, store, publisher, outbox.Config{Topics: []string{"orders"}})
+		})
+	}()
+	// ... or keep it running and let it idle while not leading:
+	//	go el.Run(ctx, nil)
+	//	outbox.Run(ctx, store, publisher, outbox.Config{Leader: el})
+}

@@ -69,3 +69,43 @@ func Example() {
 	<-done
 	// Output: published {"order":1}
 }
+
+// Single-active mode in one process: of the Electors on one database file,
+// only the leader runs its processor; when it stops, another takes over at
+// once.
+func ExampleElector() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "outboxkit-example-")
+	defer os.RemoveAll(dir)
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "app.db"), sqlite.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close()
+
+	led := make(chan string)
+	run := func(ctx context.Context, name string) chan error {
+		done := make(chan error, 1)
+		el := st.Elector(sqlite.ElectorOptions{})
+		go func() {
+			done <- el.Run(ctx, func(ctx context.Context) {
+				led <- name
+				<-ctx.Done() // e.g. outbox.Run(ctx, st, publisher, cfg)
+			})
+		}()
+		return done
+	}
+	ctxA, stopA := context.WithCancel(ctx)
+	doneA := run(ctxA, "replica A")
+	fmt.Println(<-led, "leads")
+	ctxB, stopB := context.WithCancel(ctx)
+	doneB := run(ctxB, "replica B")
+	stopA() // replica A stops: B takes over without waiting
+	<-doneA
+	fmt.Println(<-led, "leads")
+	stopB()
+	<-doneB
+	// Output:
+	// replica A leads
+	// replica B leads
+}
