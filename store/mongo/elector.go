@@ -194,6 +194,9 @@ func (e *Elector) acquire(ctx context.Context) (term, bool, error) {
 		return term{}, false, nil
 	}
 	if err != nil {
+		// The insert may have been written all the same (ctx ended or the
+		// connection broke after it was sent): let it go.
+		e.release(ctx, epoch)
 		return term{}, false, err
 	}
 	return term{epoch: epoch, deadline: e.deadline(began)}, true, nil
@@ -283,17 +286,22 @@ watch:
 	cancel()
 	<-done
 	if held && time.Now().Before(t.deadline) {
-		// Release: the lease expires now, its epoch stays for the next
-		// term. A failure leaves it to expire.
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_, err := e.s.locks.UpdateOne(rctx, e.fence(t.epoch),
-			bson.D{{Key: "$set", Value: bson.D{{Key: "expires_at", Value: time.Unix(0, 0).UTC()}}}})
-		rcancel()
-		if err != nil {
-			e.s.log.WarnContext(ctx, "outboxkit/mongo: could not release the lease; it expires after LeaseTTL", "err", err)
-		}
+		e.release(ctx, t.epoch)
 	}
 	e.s.log.InfoContext(context.WithoutCancel(ctx), "outboxkit/mongo: stepped down", "election", e.opts.Name, "epoch", t.epoch)
+}
+
+// release ends this Elector's lease of epoch: it expires now, and its
+// epoch stays for the next term. A failure is logged; the lease then
+// expires after LeaseTTL.
+func (e *Elector) release(ctx context.Context, epoch int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, err := e.s.locks.UpdateOne(ctx, e.fence(epoch),
+		bson.D{{Key: "$set", Value: bson.D{{Key: "expires_at", Value: time.Unix(0, 0).UTC()}}}})
+	if err != nil {
+		e.s.log.WarnContext(ctx, "outboxkit/mongo: could not release the lease; it expires after LeaseTTL", "err", err)
+	}
 }
 
 // sleepCtx sleeps for d or until ctx ends; it reports whether ctx is

@@ -25,7 +25,7 @@ func TestElectorConformance(t *testing.T) {
 	t.Parallel()
 	storetest.RunElector(t, storetest.ElectorHarness{NewElection: func(t *testing.T) storetest.Election {
 		st, db := newStore(t, mongo.Options{})
-		opts := mongo.ElectorOptions{RetryInterval: 200 * time.Millisecond, CheckInterval: 300 * time.Millisecond, LeaseTTL: 2 * time.Second}
+		opts := mongo.ElectorOptions{RetryInterval: 200 * time.Millisecond, CheckInterval: 300 * time.Millisecond, LeaseTTL: 3 * time.Second}
 		id := mongo.ElectorLeaseID(st.Elector(opts))
 		var (
 			mu      sync.Mutex
@@ -71,8 +71,13 @@ func TestElectorConformance(t *testing.T) {
 // A lease that could lapse between two renewals is refused.
 func TestElectorRefusesShortLease(t *testing.T) {
 	t.Parallel()
-	st, _ := newStore(t, mongo.Options{})
-	err := st.Elector(mongo.ElectorOptions{CheckInterval: time.Second, LeaseTTL: 2 * time.Second}).Run(context.Background(), nil)
+	st, err := mongo.New(testbackend.Mongo(t).DB, mongo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = st.Elector(mongo.ElectorOptions{CheckInterval: time.Second, LeaseTTL: 2 * time.Second}).Run(ctx, nil)
 	if !errors.Is(err, outbox.ErrInvalidInput) {
 		t.Fatalf("Run with LeaseTTL = 2 x CheckInterval returned %v, want ErrInvalidInput", err)
 	}

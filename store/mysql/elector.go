@@ -28,10 +28,16 @@ type ElectorOptions struct {
 	// Defaults to 5 s.
 	RetryInterval time.Duration
 	// CheckInterval is how often the leader checks that its connection
-	// still holds the lock; a failed check ends its leadership at once.
-	// Defaults to 2 s.
+	// still holds the lock; a failed check ends its leadership at once. A
+	// check waits for the server up to CheckInterval or 5 s, whichever is
+	// longer, so that a slow moment does not end the leadership (a check
+	// cut off closes the connection, and with it the lock). Defaults to
+	// 2 s.
 	CheckInterval time.Duration
 }
+
+// minCheckTimeout is the least time a leader's check waits for the server.
+const minCheckTimeout = 5 * time.Second
 
 // Elector elects one leader among the replicas that run it on the same
 // outbox (seed 004's "primary only" mode). The leader holds a user-level
@@ -232,7 +238,7 @@ watch:
 // closes a connection whose query's context ends) and the lock can still
 // be released.
 func (e *Elector) check(ctx context.Context, conn *sql.Conn, name string) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.CheckInterval)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(e.opts.CheckInterval, minCheckTimeout))
 	defer cancel()
 	var mine sql.NullBool
 	if err := conn.QueryRowContext(cctx, `SELECT IS_USED_LOCK(?) = CONNECTION_ID()`, name).Scan(&mine); err != nil {

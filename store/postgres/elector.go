@@ -27,10 +27,16 @@ type ElectorOptions struct {
 	// Defaults to 5 s.
 	RetryInterval time.Duration
 	// CheckInterval is how often the leader checks that it still holds its
-	// lock's connection; a failed check ends its leadership at once.
-	// Defaults to 2 s.
+	// lock's connection; a failed check ends its leadership at once. A
+	// check waits for the server up to CheckInterval or 5 s, whichever is
+	// longer, so that a slow moment does not end the leadership (a check
+	// cut off closes the connection, and with it the lock). Defaults to
+	// 2 s.
 	CheckInterval time.Duration
 }
+
+// minCheckTimeout is the least time a leader's check waits for the server.
+const minCheckTimeout = 5 * time.Second
 
 // Elector elects one leader among the replicas that run it on the same
 // outbox (seed 004's "primary only" mode). The leader holds a session-level
@@ -176,7 +182,7 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, lead func(ctx contex
 			break
 		}
 		if err != nil && (errors.Is(err, context.DeadlineExceeded) || pgconnTimeout(err)) {
-			pctx, pcancel := context.WithTimeout(watchCtx, e.opts.CheckInterval)
+			pctx, pcancel := context.WithTimeout(watchCtx, max(e.opts.CheckInterval, minCheckTimeout))
 			err = conn.Ping(pctx)
 			pcancel()
 			if err != nil && watchCtx.Err() != nil {

@@ -27,10 +27,15 @@ type ElectorOptions struct {
 	// was not woken by the leader stepping down. Defaults to 5 s.
 	RetryInterval time.Duration
 	// CheckInterval is how often the leader checks that its database still
-	// answers; a failed check (the Store closed, the file gone) ends its
-	// leadership at once. Defaults to 2 s.
+	// answers; a failed check (the Store closed) ends its leadership at
+	// once. A check waits up to CheckInterval or 5 s, whichever is longer.
+	// Defaults to 2 s.
 	CheckInterval time.Duration
 }
+
+// minCheckTimeout is the least time a leader's check waits for the
+// database.
+const minCheckTimeout = 5 * time.Second
 
 // Elector elects one leader among the Electors of one process on the same
 // outbox: the same database file (resolved to its absolute path, symbolic
@@ -228,7 +233,7 @@ watch:
 
 // check runs a trivial query on the store's database.
 func (e *Elector) check(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, e.opts.CheckInterval)
+	cctx, cancel := context.WithTimeout(ctx, max(e.opts.CheckInterval, minCheckTimeout))
 	defer cancel()
 	var one int
 	err := e.s.db.QueryRowContext(cctx, `SELECT 1`).Scan(&one)
