@@ -48,14 +48,17 @@ type ElectorOptions struct {
 //
 // Taking a free lease is one insert (the unique _id lets one of several
 // replicas in), after a lease that has expired by the server's clock is
-// deleted (only as it was read: same owner, same epoch, still expired);
-// each term's epoch is one more than the last. The leader renews the lease
-// every CheckInterval with an update fenced by its owner and epoch, and
-// stops leading as soon as a renewal matches nothing (another replica took
-// over) or when it has not renewed for LeaseTTL - CheckInterval (measured
-// from before its last successful renewal began), before the lease can
-// lapse. Stopping releases the lease (expires_at in the past, the epoch
-// kept), so a follower takes over within its RetryInterval.
+// deleted (only as it was read: same owner, same epoch, still expired).
+// The owner names the Elector (random, one per Elector); the epoch is 1
+// for a lease taken free and one more than the expired lease's when taken
+// over, so it counts the leaders that lost their lease without releasing
+// it. The leader renews the lease every CheckInterval with an update
+// fenced by its owner and epoch, and stops leading as soon as a renewal
+// matches nothing (another replica took over) or when it has not renewed
+// for LeaseTTL - CheckInterval (measured from before its last successful
+// renewal began), before the lease can lapse. Stopping deletes the lease
+// (fenced the same way), so a follower takes over within its
+// RetryInterval.
 //
 //	el := store.Elector(mongo.ElectorOptions{})
 //	err := el.Run(ctx, func(ctx context.Context) {
@@ -115,7 +118,7 @@ func (e *Elector) IsLeader() bool { return e.leader.Load() }
 // Run campaigns until ctx ends. Each time this replica becomes leader it
 // calls lead with a context that is cancelled when leadership ends (ctx
 // ended, the lease was taken, or it could not be renewed in time), waits
-// for lead to return, and releases the lease; if lead returns on its own,
+// for lead to return, and deletes the lease; if lead returns on its own,
 // Run releases the lease and campaigns again. A nil lead just holds the
 // leadership while it lasts, for use with outbox.Config.Leader:
 //
@@ -291,15 +294,12 @@ watch:
 	e.s.log.InfoContext(context.WithoutCancel(ctx), "outboxkit/mongo: stepped down", "election", e.opts.Name, "epoch", t.epoch)
 }
 
-// release ends this Elector's lease of epoch: it expires now, and its
-// epoch stays for the next term. A failure is logged; the lease then
-// expires after LeaseTTL.
+// release deletes this Elector's lease of epoch. A failure is logged; the
+// lease then expires after LeaseTTL.
 func (e *Elector) release(ctx context.Context, epoch int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_, err := e.s.locks.UpdateOne(ctx, e.fence(epoch),
-		bson.D{{Key: "$set", Value: bson.D{{Key: "expires_at", Value: time.Unix(0, 0).UTC()}}}})
-	if err != nil {
+	if _, err := e.s.locks.DeleteOne(ctx, e.fence(epoch)); err != nil {
 		e.s.log.WarnContext(ctx, "outboxkit/mongo: could not release the lease; it expires after LeaseTTL", "err", err)
 	}
 }
