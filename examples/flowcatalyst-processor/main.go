@@ -31,17 +31,16 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
+	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -52,6 +51,9 @@ import (
 	seedmysql "github.com/outboxkit/outboxkit/flowcatalyst/seedstore/mysql"
 	seedpostgres "github.com/outboxkit/outboxkit/flowcatalyst/seedstore/postgres"
 	"github.com/outboxkit/outboxkit/outbox"
+	mongostore "github.com/outboxkit/outboxkit/store/mongo"
+	mysqlstore "github.com/outboxkit/outboxkit/store/mysql"
+	pgstore "github.com/outboxkit/outboxkit/store/postgres"
 )
 
 func main() {
@@ -103,7 +105,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		return nil
 	}
 	var store seedStore
-	var leader leaderService
+	var el elector
 	opts := seedpostgres.Options{
 		EventsTable: cfg.EventsTable, DispatchJobsTable: cfg.DispatchJobsTable, Logger: log,
 		UnorderedNullGroup: cfg.NullGroupUnordered, RecoveryCountsAttempt: cfg.RecoveryCountsAttempt,
@@ -133,7 +135,16 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 			return err
 		}
 		if cfg.SingleActive {
-			leader = newMongoLeader(db.Collection(seedmongo.DefaultLocksCollection), lockName, log)
+			// The lease document goes into the seed store's locks
+			// collection: store/mongo names its locks collection
+			// <prefix>locks.
+			ls, err := mongostore.New(db, mongostore.Options{
+				CollectionPrefix: strings.TrimSuffix(seedmongo.DefaultLocksCollection, "locks"), Logger: log,
+			})
+			if err != nil {
+				return err
+			}
+			el = ls.Elector(mongostore.ElectorOptions{Name: lockName})
 		}
 	} else {
 		driver, dsn := "pgx", cfg.DatabaseURL
@@ -161,7 +172,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 			return err
 		}
 		if cfg.SingleActive {
-			leader = newAdvisoryLeader(db, lockName, cfg.mysql, log)
+			var closeElector func()
+			if el, closeElector, err = newSQLElector(ctx, cfg, db, lockName, log); err != nil {
+				return err
+			}
+			defer closeElector()
 		}
 	}
 	if cfg.CreateTables {
@@ -207,10 +222,12 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		Logger:              log,
 		Observer:            logObserver{log: log},
 	}
-	if leader != nil {
-		stopLeader := leader.start(ctx)
-		defer stopLeader()
-		pcfg.Leader = leader
+	if el != nil {
+		// The election outlives ctx until the processor has drained: no
+		// other replica takes over while this one finishes its batches.
+		stopElector := campaign(context.WithoutCancel(ctx), el, log)
+		defer stopElector()
+		pcfg.Leader = el
 	}
 	p, err := outbox.NewProcessor(store, pub, pcfg)
 	if err != nil {
@@ -238,88 +255,55 @@ func authKind(cfg config) string {
 	return "none"
 }
 
-// leaderService is an outbox.Leader that runs until stopped.
-type leaderService interface {
+// elector is a library store's leader election (the Elector of
+// store/postgres, store/mysql or store/mongo): the replica that leads
+// works, the others idle and try again every few seconds.
+type elector interface {
 	outbox.Leader
-	start(ctx context.Context) (stop func())
+	Run(ctx context.Context, lead func(ctx context.Context)) error
 }
 
-// advisoryLeader is an outbox.Leader holding a session lock on a dedicated
-// connection (PostgreSQL: an advisory lock; MySQL: GET_LOCK): the processor
-// that holds it works, the others idle and retry every few seconds. The
-// lock is released when the connection closes (including when the process
-// dies).
-type advisoryLeader struct {
-	db     *sql.DB
-	lock   string // the statement taking the lock without waiting
-	key    any
-	log    *slog.Logger
-	leader atomic.Bool
-}
-
-func newAdvisoryLeader(db *sql.DB, name string, mysql bool, log *slog.Logger) *advisoryLeader {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(name))
-	if mysql {
-		// GET_LOCK names have at most 64 characters.
-		return &advisoryLeader{db: db, lock: `SELECT GET_LOCK(?, 0) = 1`, key: fmt.Sprintf("flowcatalyst-processor:%016x", h.Sum64()), log: log}
+// newSQLElector returns the elector of a PostgreSQL (advisory lock) or
+// MySQL (GET_LOCK) database, from the library store of that database: the
+// lock lives as long as a dedicated connection, and goes with it when the
+// process dies. The library store itself is used for its elector only.
+// Call closeFn once the elector's Run has returned.
+func newSQLElector(ctx context.Context, cfg config, db *sql.DB, name string, log *slog.Logger) (el elector, closeFn func(), err error) {
+	if cfg.mysql {
+		ls, err := mysqlstore.New(db, mysqlstore.Options{Logger: log})
+		if err != nil {
+			return nil, nil, err
+		}
+		return ls.Elector(mysqlstore.ElectorOptions{Name: name}), func() {}, nil
 	}
-	return &advisoryLeader{db: db, lock: `SELECT pg_try_advisory_lock($1)`, key: int64(h.Sum64()), log: log}
+	// The advisory lock needs a pgx connection of its own; the pool opens
+	// one when the elector asks for it.
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("database-url: %w", err)
+	}
+	ls, err := pgstore.New(pool, pgstore.Options{Logger: log})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return ls.Elector(pgstore.ElectorOptions{Name: name}), pool.Close, nil
 }
 
-// IsLeader reports whether this processor holds the lock.
-func (l *advisoryLeader) IsLeader() bool { return l.leader.Load() }
-
-func (l *advisoryLeader) start(ctx context.Context) (stop func()) {
+// campaign runs el until the returned stop is called, logging each time
+// this processor becomes, or stops being, the active one.
+func campaign(ctx context.Context, el elector, log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		var conn *sql.Conn
-		defer func() {
-			l.leader.Store(false)
-			if conn != nil {
-				_ = conn.Close()
+		_ = el.Run(ctx, func(term context.Context) {
+			log.Info("single-active: this processor is now the active one")
+			<-term.Done()
+			if ctx.Err() == nil {
+				log.Warn("single-active: no longer the active processor")
 			}
-		}()
-		t := time.NewTicker(3 * time.Second)
-		defer t.Stop()
-		for {
-			switch {
-			case conn == nil:
-				c, err := l.db.Conn(ctx)
-				if err == nil {
-					conn = c
-				}
-				if conn == nil {
-					break
-				}
-				fallthrough
-			case !l.leader.Load():
-				var got sql.NullBool
-				if err := conn.QueryRowContext(ctx, l.lock, l.key).Scan(&got); err != nil {
-					_ = conn.Close()
-					conn = nil
-					break
-				}
-				if got.Bool {
-					l.leader.Store(true)
-					l.log.Info("single-active: this processor is now the active one")
-				}
-			default:
-				if err := conn.PingContext(ctx); err != nil {
-					l.leader.Store(false)
-					l.log.Warn("single-active: lost the database session holding the lock", "err", err)
-					_ = conn.Close()
-					conn = nil
-				}
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
+		})
 	}()
 	return func() { cancel(); <-done }
 }
