@@ -21,6 +21,14 @@
 // t.Skip, naming the capability, and every other case still runs. Declaring
 // nothing runs everything: a missing declaration fails loudly rather than
 // skipping quietly.
+//
+// # Leader election
+//
+// A store that offers single-active mode (an elector, like every store of
+// this module) runs RunElector too, with an ElectorHarness: at most one
+// leader at a time, the leadership released when a leader stops and taken
+// over within the store's bound when a leader loses its session, and no
+// goroutine left behind.
 package storetest
 
 import (
