@@ -58,9 +58,11 @@ const minCheckTimeout = 5 * time.Second
 // global to the server, so the database is part of the name. Operators
 // see the holder with SELECT IS_USED_LOCK(name).
 //
-// Leadership is exclusive as far as the server can tell; after a network
-// split the old leader stops within CheckInterval (its check of the lock
-// fails), so for that long two replicas may claim at once. That is safe:
+// Leadership is exclusive as far as the server can tell; once the server
+// has ended the leader's session (a restart, KILL, a network split it
+// noticed), the old leader stops within CheckInterval (its check of the
+// lock fails), or within its check's timeout when the server does not
+// answer, so for that long two replicas may claim at once. That is safe:
 // the claim keeps FIFO per group with any number of processors;
 // single-active mode is for users who want one active processor, not a
 // correctness requirement.

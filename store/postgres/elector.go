@@ -49,8 +49,10 @@ const minCheckTimeout = 5 * time.Second
 //		_ = processor.Run(ctx) // claims only while this replica leads
 //	})
 //
-// Leadership is exclusive as far as PostgreSQL can tell; after a network
-// split the old leader stops within CheckInterval, so for that long two
+// Leadership is exclusive as far as PostgreSQL can tell; once the server
+// has ended the leader's session (a restart, a termination, a network
+// split it noticed), the old leader stops within CheckInterval, or within
+// its check's timeout when the server does not answer, so for that long two
 // replicas may claim at once. That is safe: the claim keeps FIFO per group
 // with any number of processors; single-active mode is for users who want
 // one active processor, not a correctness requirement.
