@@ -344,7 +344,7 @@ func (c *contest) waitFor(what string, within time.Duration, cond func() bool) {
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			c.t.Fatalf("storetest: no %s within %s", what, within)
+			c.t.Fatalf("storetest: waited %s for %s", within, what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
