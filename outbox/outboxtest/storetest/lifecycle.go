@@ -198,6 +198,93 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		e.sent("new", e.at(3*time.Minute), fresh...)
 	})
 
+	// A message released (or recovered) and claimed again by the same
+	// owner has the same owner and attempt as before: only the claim
+	// token tells the two claims apart. A late outcome of the first claim
+	// (a write retried after its commit's answer was lost, an outcome
+	// written after the lease expired) must not finish the second: a
+	// release would put the message back to PENDING while it is published,
+	// and another processor would publish it again.
+	t.Run("ReclaimFencesEarlierClaim", func(t *testing.T) {
+		e := setup(t, h)
+		ms := e.enqueueN("t", "", 4)
+		first := e.claim("p", 4, e.t0)
+		wantIDs(t, "first claim", first, ms...)
+		rel := outbox.MessageFinishParams{Owner: "p", Now: e.t0}
+		for _, c := range first {
+			rel.Outcomes = append(rel.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, Topic: c.Topic, ID: c.ID, Attempt: c.Attempts})
+		}
+		if res := e.finish(rel); len(res.LeaseLost) != 0 {
+			t.Fatalf("release: LeaseLost %v", res.LeaseLost)
+		}
+		second := e.claim("p", 4, e.t0)
+		wantIDs(t, "claim after the release", second, ms...)
+		for i := range second {
+			if second[i].Attempts != first[i].Attempts {
+				t.Fatalf("message %d: attempt %d, then %d after a release; want the same", i, first[i].Attempts, second[i].Attempts)
+			}
+		}
+		// The first claim's outcomes, late: one of each kind.
+		late := outbox.MessageFinishParams{Owner: "p", Now: e.at(time.Second), Outcomes: []outbox.Outcome{
+			{Kind: outbox.OutcomeReleased, Topic: first[0].Topic, ID: first[0].ID, Attempt: first[0].Attempts},
+			{Kind: outbox.OutcomeSent, Topic: first[1].Topic, ID: first[1].ID, Attempt: first[1].Attempts, ProviderMessageID: "late"},
+			{Kind: outbox.OutcomeRetry, Topic: first[2].Topic, ID: first[2].ID, Attempt: first[2].Attempts, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "late"}},
+			{Kind: outbox.OutcomeDead, Topic: first[3].Topic, ID: first[3].ID, Attempt: first[3].Attempts, Error: &outbox.ErrorInfo{Code: "late"}},
+		}}
+		res := e.finish(late)
+		lost := slices.Sorted(slices.Values(res.LeaseLost))
+		if want := slices.Sorted(slices.Values(ids(ms))); !slices.Equal(lost, want) {
+			t.Fatalf("late outcomes of the first claim: LeaseLost %v, want every message %v (the second claim holds them)", lost, want)
+		}
+		for i, m := range ms {
+			got := e.wantStatus("", m.ID, outbox.StatusProcessing)
+			if got.ClaimedBy != "p" || got.Attempts != second[i].Attempts || got.ProviderMessageID != "" {
+				t.Fatalf("message %d after a late outcome of the first claim: %+v; want the second claim's lease", i, got)
+			}
+		}
+		if c := e.claim("q", 4, e.at(2*time.Hour)); len(c) != 0 {
+			t.Fatalf("another processor claimed %v while the second claim holds them", ids(c))
+		}
+		// The second claim's own outcomes apply.
+		e.sent("p", e.at(2*time.Second), second...)
+	})
+
+	t.Run("ReclaimAfterRecoveryFencesEarlierClaim", func(t *testing.T) {
+		need(t, h, CapCallerClock)
+		e := setup(t, h)
+		m := e.enqueueN("t", "", 1)[0]
+		first := e.claim("p", 1, e.t0)[0]
+		// The lease of the first claim expires and is recovered (the
+		// attempt is given back); the same processor claims it again.
+		rec, err := e.s.MessageRecover(e.ctx, outbox.MessageRecoverParams{ClaimedBefore: e.at(time.Minute), Now: e.at(time.Minute), MaxAttempts: 5})
+		if err != nil || rec.Recovered != 1 {
+			t.Fatalf("MessageRecover: %+v, %v; want 1 recovered", rec, err)
+		}
+		second := e.claim("p", 1, e.at(time.Minute))
+		wantIDs(t, "claim after the recovery", second, m)
+		if second[0].Attempts != first.Attempts {
+			t.Fatalf("attempt %d, then %d after a recovery; want the same", first.Attempts, second[0].Attempts)
+		}
+		if ext, ok := e.s.(outbox.LeaseExtender); ok && !h.lacks(CapLeaseExtend) {
+			r, err := ext.MessageExtendLease(e.ctx, outbox.MessageExtendLeaseParams{Owner: "p", Now: e.at(2 * time.Minute),
+				Leases: []outbox.Lease{{Topic: first.Topic, ID: first.ID, Attempt: first.Attempts}}})
+			if err != nil || len(r.LeaseLost) != 1 {
+				t.Fatalf("extending the first claim's lease: %+v, %v; want it lost", r, err)
+			}
+			wantTime(t, "ClaimedAt of the second claim", e.get("", m.ID).ClaimedAt, e.at(time.Minute))
+		}
+		res := e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(2 * time.Minute), Outcomes: []outbox.Outcome{
+			{Kind: outbox.OutcomeReleased, Topic: first.Topic, ID: first.ID, Attempt: first.Attempts},
+		}})
+		if len(res.LeaseLost) != 1 {
+			t.Fatalf("a late release of the first claim was applied to the second (LeaseLost %v)", res.LeaseLost)
+		}
+		if got := e.wantStatus("", m.ID, outbox.StatusProcessing); got.ClaimedBy != "p" {
+			t.Fatalf("after a late outcome of the first claim: %+v", got)
+		}
+		e.sent("p", e.at(3*time.Minute), second...)
+	})
+
 	t.Run("MixedBatch", func(t *testing.T) {
 		e := setup(t, h)
 		ms := e.enqueueN("t", "", 4)
