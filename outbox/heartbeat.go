@@ -10,9 +10,12 @@ import (
 type lease struct {
 	topic, id string
 	attempt   int
-	// claimedAt is the claim's ClaimedAt as the store returned it: it tells
-	// two claims of the same message apart (a lease lost during a long
-	// store outage and claimed again by this processor).
+	// token and claimedAt are the claim's ClaimToken and ClaimedAt as the
+	// store returned them: they tell two claims of the same message apart
+	// (a lease lost during a long store outage and claimed again by this
+	// processor). The token does on every store that issues one; claimedAt
+	// is what a store without tokens leaves to go by.
+	token     string
 	claimedAt time.Time
 	// renewed is when the lease was taken or last extended (processor
 	// clock); lost is set when the store reported it lost. Both are
@@ -24,39 +27,63 @@ type lease struct {
 	// same message while it is set may have come before or after that
 	// write commits; see hold.
 	writing bool
+	// out and outErr are the outcome written under the lease (and the
+	// publisher's error behind it), and refused reports that the store
+	// refused it (lease lost), all set by the recorder (guarded by
+	// Processor.leaseMu): a later claim of the message that was released
+	// because of this write records that outcome instead (see hold).
+	out     *Outcome
+	outErr  error
+	refused bool
 }
 
 func leaseKey(m *Message) string { return keyOf(m.Topic, m.ID) }
 
+// of reports whether l is the lease of m's claim (not of an earlier or
+// later claim of the same message).
+func (l *lease) of(m *Message) bool {
+	return l.token == m.ClaimToken && l.claimedAt.Equal(m.ClaimedAt)
+}
+
 func keyOf(topic, id string) string { return topic + "\x00" + id }
 
 // hold registers the leases of a claim taken at now. It returns the
-// indexes in msgs of the messages to release at once, unpublished.
+// indexes in msgs of the messages to release at once, unpublished, each
+// with the earlier lease whose outcome is being written.
 //
 // A claim can return a message this processor still holds an earlier lease
 // of: that lease expired (a store stall longer than ProcessingTimeout) and
 // was recovered, which gives the attempt back, so both leases have the same
-// owner and attempt and the store's fence cannot tell them apart. The
-// earlier lease's outcome must then not reach the store after this claim:
-// it would finish the new lease (a Released one would put the message back
+// owner and attempt. A store fences outcomes by the claim token too (see
+// Message.ClaimToken), so the earlier lease's outcome is refused there; a
+// store that issues no token cannot tell the two leases apart, and the
+// earlier lease's outcome must then not reach it after this claim: it
+// would finish the new lease (a Released one would put the message back
 // to PENDING while it is published again, and another processor could claim
 // it and the rest of its group). So the new lease replaces the earlier one
 // here, and the recorder leaves out the outcomes of a lease that is no
 // longer the one held (see record). When that outcome is being written
-// already, it may commit before this claim or after it (then it finishes
-// this lease): the message is released under the new lease, after that
-// write (the recorder writes in order), which either puts it back to
-// PENDING or is refused because that write finished the lease.
-func (p *Processor) hold(msgs []Message, now time.Time) (release []int) {
+// already, it may commit before this claim or after it (then, without
+// tokens, it finishes this lease): the message is released under the new
+// lease, after that write (the recorder writes in order), which either
+// puts it back to PENDING or is refused because that write finished the
+// lease. When the store refused that write instead (the claim token
+// told the leases apart), the recorder records the earlier lease's
+// outcome under the new lease in place of the release (see record): the
+// message was published, and is not published again.
+func (p *Processor) hold(msgs []Message, now time.Time) (release map[int]*lease) {
 	p.leaseMu.Lock()
 	defer p.leaseMu.Unlock()
 	for i := range msgs {
 		m := &msgs[i]
 		k := leaseKey(m)
 		if old := p.leases[k]; old != nil && old.writing {
-			release = append(release, i)
+			if release == nil {
+				release = map[int]*lease{}
+			}
+			release[i] = old
 		}
-		p.leases[k] = &lease{topic: m.Topic, id: m.ID, attempt: m.Attempts, claimedAt: m.ClaimedAt, renewed: now}
+		p.leases[k] = &lease{topic: m.Topic, id: m.ID, attempt: m.Attempts, token: m.ClaimToken, claimedAt: m.ClaimedAt, renewed: now}
 	}
 	return release
 }
@@ -68,7 +95,7 @@ func (p *Processor) holds(m Message, now time.Time) bool {
 	p.leaseMu.Lock()
 	defer p.leaseMu.Unlock()
 	l := p.leases[leaseKey(&m)]
-	if l == nil || !l.claimedAt.Equal(m.ClaimedAt) {
+	if l == nil || !l.of(&m) {
 		return false
 	}
 	return !l.lost && now.Sub(l.renewed) < p.cfg.ProcessingTimeout
@@ -79,7 +106,7 @@ func (p *Processor) forget(m Message) {
 	p.leaseMu.Lock()
 	defer p.leaseMu.Unlock()
 	k := leaseKey(&m)
-	if l := p.leases[k]; l != nil && l.claimedAt.Equal(m.ClaimedAt) {
+	if l := p.leases[k]; l != nil && l.of(&m) {
 		delete(p.leases, k)
 	}
 }
@@ -162,7 +189,7 @@ func (p *Processor) extendLeases(ctx context.Context, ext LeaseExtender, age tim
 		due = due[n:]
 		params := MessageExtendLeaseParams{Owner: p.cfg.ID, Now: now, Leases: make([]Lease, n)}
 		for i, l := range part {
-			params.Leases[i] = Lease{Topic: l.topic, ID: l.id, Attempt: l.attempt}
+			params.Leases[i] = Lease{Topic: l.topic, ID: l.id, Attempt: l.attempt, ClaimToken: l.token}
 		}
 		cctx, cancel := context.WithTimeout(ctx, max(p.cfg.ProcessingTimeout/2, time.Second))
 		res, err := ext.MessageExtendLease(cctx, params)

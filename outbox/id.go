@@ -59,3 +59,24 @@ func ValidID(s string) bool {
 	}
 	return true
 }
+
+// NewClaimToken returns a new claim token (see Message.ClaimToken): a
+// random (version 4) UUID in its canonical text form, 36 characters. Stores
+// that make their tokens in Go call it once per claimed message; a store
+// may make them otherwise (PostgreSQL's gen_random_uuid makes the same
+// form), as long as no two claims of a message share one.
+func NewClaimToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	const hexd = "0123456789abcdef"
+	out := make([]byte, 0, 36)
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out = append(out, '-')
+		}
+		out = append(out, hexd[c>>4], hexd[c&0x0f])
+	}
+	return string(out)
+}

@@ -17,18 +17,21 @@ import (
 type LeaseExtender interface {
 	// MessageExtendLease sets ClaimedAt to p.Now for every lease in
 	// p.Leases that p.Owner still holds (status PROCESSING, ClaimedBy =
-	// Owner, Attempts = the lease's Attempt), and returns the IDs of the
-	// others in LeaseLost. It changes nothing else.
+	// Owner, Attempts = the lease's Attempt, ClaimToken = the lease's
+	// ClaimToken), and returns the IDs of the others in LeaseLost. It
+	// changes nothing else.
 	MessageExtendLease(ctx context.Context, p MessageExtendLeaseParams) (ExtendLeaseResult, error)
 }
 
 // Lease names one claimed message by its Topic and ID, and the claim by its
-// Attempt (the message's Attempts when it was claimed): the same fence as
-// an outcome of MessageFinish.
+// Attempt and ClaimToken (the message's when it was claimed): the same
+// fence as an outcome of MessageFinish. The token keeps a processor from
+// extending a later claim of the message than its own.
 type Lease struct {
-	Topic   string
-	ID      string
-	Attempt int
+	Topic      string
+	ID         string
+	Attempt    int
+	ClaimToken string
 }
 
 // MessageExtendLeaseParams lists the leases of one owner to extend.

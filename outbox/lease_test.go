@@ -232,9 +232,11 @@ func awaitStall(t *testing.T, st *stallingStore) {
 // stalls while the outcome of a message's lease is written, the lease
 // expires meanwhile and is recovered (which gives the attempt back), and the
 // processor claims the message again: the new lease has the same owner and
-// attempt, so the stalled outcome, when it commits, finishes the new lease.
-// The processor must not publish the message again under it (it releases
-// it, after the stalled write): published once, and SENT.
+// attempt, and the store refuses the stalled outcome when it commits (its
+// claim token is the earlier lease's; a store without tokens would let it
+// finish the new lease). The processor must not publish the message again
+// under the new lease: it records the refused outcome under it instead
+// (without tokens, its release is refused): published once, and SENT.
 func TestProcessorReleasesAReclaimWhileTheEarlierOutcomeIsWritten(t *testing.T) {
 	t.Parallel()
 	st := &stallingStore{Store: newStore(t), gate: make(chan struct{}), stalled: make(chan struct{})}

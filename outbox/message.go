@@ -79,6 +79,20 @@ type Message struct {
 	// PROCESSING).
 	ClaimedAt time.Time
 	ClaimedBy string
+	// ClaimToken identifies the current claim (the lease) of a PROCESSING
+	// message: MessageClaim sets a new one, unique to that claim of that
+	// message, and every change out of PROCESSING clears it. Outcomes and
+	// lease extensions carry it (Outcome.ClaimToken, Lease.ClaimToken)
+	// and are applied only while it is still the message's. Owner and
+	// attempt alone cannot fence them: a message released without an
+	// attempt, or recovered from an expired lease (which gives the attempt
+	// back), can be claimed again by the same processor at the same
+	// attempt, and the first claim's late outcome would then finish the
+	// second (a release putting it back to PENDING while it is published,
+	// so another processor publishes it again). "" for a message that is
+	// not PROCESSING, or was claimed before its store issued tokens (see
+	// NewClaimToken). Read-only; opaque.
+	ClaimToken string
 	// SentAt, DeliveredAt and ReadAt track delivery; zero means not yet.
 	SentAt, DeliveredAt, ReadAt time.Time
 	// BlocksGroup reports a dead letter (FAILED) that holds its group: it

@@ -30,7 +30,8 @@ type Store interface {
 	MessageCancel(ctx context.Context, p MessageCancelParams) (Message, error)
 	// MessageClaim atomically leases up to Limit due messages (PENDING,
 	// NextAttemptAt <= Now) to Owner: status PROCESSING, Attempts+1,
-	// ClaimedAt = Now. It keeps FIFO per group: a message is not claimed
+	// ClaimedAt = Now, and a new ClaimToken (see Message.ClaimToken),
+	// returned on each message. It keeps FIFO per group: a message is not claimed
 	// while an earlier message of its group (smaller Seq) is PROCESSING,
 	// PENDING and not claimed in the same call, or a dead letter that
 	// blocks its group (FAILED with BlocksGroup). Results are ordered by
@@ -43,8 +44,12 @@ type Store interface {
 	// statement per kind where the database allows: sent, retry at a time,
 	// dead letter, released without an attempt (see Outcome). Adapters call
 	// p.Validate before any write. Each outcome is fenced by the
-	// lease (status PROCESSING, ClaimedBy = Owner, Attempts = Attempt): an
-	// outcome whose lease was lost is skipped and its ID returned.
+	// lease (status PROCESSING, ClaimedBy = Owner, Attempts = Attempt,
+	// ClaimToken = the outcome's ClaimToken): an outcome whose lease was
+	// lost is skipped and its ID returned. The claim token is what tells
+	// two claims of a message by the same owner at the same attempt apart
+	// (a release or a recovered lease gives the attempt back).
+	// Every change out of PROCESSING clears the token.
 	MessageFinish(ctx context.Context, p MessageFinishParams) (FinishResult, error)
 	// MessageGet returns one message by ID within a tenant, or ErrNotFound.
 	MessageGet(ctx context.Context, p MessageGetParams) (Message, error)
@@ -239,6 +244,13 @@ type Outcome struct {
 	// Attempt is the message's Attempts when it was claimed: it fences
 	// the outcome to that lease.
 	Attempt int
+	// ClaimToken is the message's ClaimToken when it was claimed: it
+	// fences the outcome to that claim, and so keeps a late outcome of an
+	// earlier claim (a write retried after its commit, an outcome written
+	// after its lease was recovered) off a later claim by the same owner
+	// at the same attempt. "" matches only a lease without a token (one
+	// taken before the store issued tokens).
+	ClaimToken string
 	// NextAttemptAt is when a retried message is due again (zero: at
 	// once), or the new due time of a deferred release (zero: a plain
 	// release, which keeps the message's due time).

@@ -315,19 +315,16 @@ func (p *Processor) pollOnce(ctx context.Context) (again bool, err error) {
 		// the claim (it holds a group's messages in order): those must not
 		// be published before them.
 		released = &finishBatch{}
-		skip := make(map[int]bool, len(release))
-		for _, i := range release {
-			skip[i] = true
-		}
 		held := make(map[string]bool)
 		kept := msgs[:0:0]
 		for i := range msgs {
 			m := msgs[i]
-			if skip[i] || (m.Group != "" && held[m.GroupKey()]) {
+			if old, ok := release[i]; ok || (m.Group != "" && held[m.GroupKey()]) {
 				if m.Group != "" {
 					held[m.GroupKey()] = true
 				}
 				released.add(m, Outcome{Kind: OutcomeReleased}, nil)
+				released.items[len(released.items)-1].inherit = old
 				continue
 			}
 			kept = append(kept, m)
@@ -487,6 +484,10 @@ type finished struct {
 	msg Message
 	out Outcome
 	err error // the publisher's error, for AttemptEvent.Err
+	// inherit is the earlier lease of msg whose outcome was being written
+	// when msg was claimed again (see hold): when the store refused that
+	// outcome, it is recorded under this lease instead of the release.
+	inherit *lease
 }
 
 // finishBatch is the outcomes of one published batch (or of one release).
@@ -503,7 +504,7 @@ type finishBatch struct {
 // add queues the outcome o of m; it fills in the fields every outcome
 // takes from the message.
 func (b *finishBatch) add(m Message, o Outcome, err error) {
-	o.Topic, o.ID, o.Attempt = m.Topic, m.ID, m.Attempts
+	o.Topic, o.ID, o.Attempt, o.ClaimToken = m.Topic, m.ID, m.Attempts, m.ClaimToken
 	b.items = append(b.items, finished{msg: m, out: o, err: err})
 }
 
@@ -648,12 +649,22 @@ func (p *Processor) record(batches []*finishBatch) {
 	p.leaseMu.Lock()
 	for bi, b := range batches {
 		superseded[bi] = make([]bool, len(b.items))
-		for i, f := range b.items {
+		for i := range b.items {
+			f := &b.items[i]
+			if old := f.inherit; old != nil && old.refused && old.out != nil {
+				// The earlier lease's outcome, which the store refused:
+				// the message was published under it (or its attempt
+				// failed), so that is recorded under this lease.
+				o := *old.out
+				o.Attempt, o.ClaimToken = f.msg.Attempts, f.msg.ClaimToken
+				f.out, f.err = o, old.outErr
+			}
 			l := p.leases[leaseKey(&f.msg)]
 			switch {
 			case l == nil:
-			case l.claimedAt.Equal(f.msg.ClaimedAt):
+			case l.of(&f.msg):
 				l.writing = true
+				l.out, l.outErr = &f.out, f.err
 				held = append(held, l)
 			default:
 				superseded[bi][i] = true
@@ -704,6 +715,13 @@ func (p *Processor) record(batches []*finishBatch) {
 	published := 0
 	for _, b := range batches {
 		published += b.published
+	}
+	if len(lost) > 0 {
+		p.leaseMu.Lock()
+		for _, l := range held {
+			l.refused = lost[l.id]
+		}
+		p.leaseMu.Unlock()
 	}
 	p.forgetLeases(held)
 	p.addUnrecorded(-published)

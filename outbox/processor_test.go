@@ -300,7 +300,7 @@ func TestProcessorRecoversAbandonedLeases(t *testing.T) {
 	}
 	// The dead processor's late outcome is refused by the lease fence.
 	res, err := st.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: "dead", Now: time.Now(),
-		Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeDead, ID: ids[0], Attempt: 1, Error: &outbox.ErrorInfo{Code: "late"}}}})
+		Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeDead, ID: ids[0], Attempt: 1, ClaimToken: claimed[0].ClaimToken, Error: &outbox.ErrorInfo{Code: "late"}}}})
 	if err != nil || len(res.LeaseLost) != 1 {
 		t.Fatalf("stale outcome: %+v %v", res, err)
 	}
@@ -454,8 +454,8 @@ func TestDeferredReleaseHoldsTheMessageUntilItsDueTime(t *testing.T) {
 		t.Fatalf("claim %d %v", len(got), err)
 	}
 	_, err = st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p1", Now: now, Outcomes: []outbox.Outcome{
-		{Kind: outbox.OutcomeReleased, ID: ids[0], Attempt: 1, NextAttemptAt: now.Add(time.Hour), Error: &outbox.ErrorInfo{Code: "quota_exceeded", Message: "used up"}},
-		{Kind: outbox.OutcomeReleased, ID: ids[1], Attempt: 1},
+		{Kind: outbox.OutcomeReleased, ID: ids[0], Attempt: 1, ClaimToken: got[0].ClaimToken, NextAttemptAt: now.Add(time.Hour), Error: &outbox.ErrorInfo{Code: "quota_exceeded", Message: "used up"}},
+		{Kind: outbox.OutcomeReleased, ID: ids[1], Attempt: 1, ClaimToken: got[1].ClaimToken},
 	}})
 	if err != nil {
 		t.Fatal(err)

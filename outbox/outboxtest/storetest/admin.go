@@ -63,13 +63,13 @@ func (e *adminEnv[TTx]) settle(code string, sent, dead []outbox.Message) {
 	p := outbox.MessageFinishParams{Owner: "admin-owner", Now: e.at(time.Hour)}
 	for _, m := range got {
 		if isSent[m.ID] {
-			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ProviderMessageID: "prov-" + m.ID, StartedAt: e.at(time.Hour)})
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken, ProviderMessageID: "prov-" + m.ID, StartedAt: e.at(time.Hour)})
 			delete(want, m.ID)
 		} else if want[m.ID] {
-			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeDead, ID: m.ID, Attempt: m.Attempts, Error: &outbox.ErrorInfo{Code: code, Message: "boom"}, StartedAt: e.at(time.Hour)})
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeDead, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken, Error: &outbox.ErrorInfo{Code: code, Message: "boom"}, StartedAt: e.at(time.Hour)})
 			delete(want, m.ID)
 		} else {
-			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts})
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 		}
 	}
 	if len(want) > 0 {

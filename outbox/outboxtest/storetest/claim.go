@@ -106,7 +106,7 @@ func testClaim[TTx any](t *testing.T, h Harness[TTx]) {
 							errs <- fmt.Errorf("%s got a message leased to %q", owner, m.ClaimedBy)
 							return
 						}
-						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 					}
 					res, err := e.s.MessageFinish(e.ctx, p)
 					if err != nil || len(res.LeaseLost) > 0 {
@@ -153,7 +153,7 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 		c := e.claim("p", 1, e.t0)
 		wantIDs(t, "first claim", c, ms[0])
 		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{
-			Kind: outbox.OutcomeRetry, ID: ms[0].ID, Attempt: 1, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "503", Message: "down"},
+			Kind: outbox.OutcomeRetry, ID: ms[0].ID, Attempt: 1, ClaimToken: c[0].ClaimToken, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "503", Message: "down"},
 		}}})
 		// ms[1] is due but must wait behind the retry of ms[0].
 		wantIDs(t, "claim while the head waits for its retry", e.claim("p", 10, e.at(time.Minute)), ms[2])
@@ -185,13 +185,14 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("OnlyAContiguousPrefixIsClaimed", func(t *testing.T) {
 		e := setup(t, h)
 		ms := e.enqueueN("t", "g", 4)
-		wantIDs(t, "claim with limit 2", e.claim("p1", 2, e.t0), ms[0], ms[1])
+		c := e.claim("p1", 2, e.t0)
+		wantIDs(t, "claim with limit 2", c, ms[0], ms[1])
 		if got := e.claim("p2", 10, e.t0); len(got) != 0 {
 			t.Fatalf("p2 claimed %v while p1 holds the head of the group", ids(got))
 		}
 		// Releasing the prefix (not started) puts it back in front.
 		e.finish(outbox.MessageFinishParams{Owner: "p1", Now: e.t0, Outcomes: []outbox.Outcome{
-			{Kind: outbox.OutcomeReleased, ID: ms[0].ID, Attempt: 1}, {Kind: outbox.OutcomeReleased, ID: ms[1].ID, Attempt: 1},
+			{Kind: outbox.OutcomeReleased, ID: ms[0].ID, Attempt: 1, ClaimToken: c[0].ClaimToken}, {Kind: outbox.OutcomeReleased, ID: ms[1].ID, Attempt: 1, ClaimToken: c[1].ClaimToken},
 		}})
 		wantIDs(t, "claim after release", e.claim("p2", 10, e.t0), ms...)
 	})
@@ -213,9 +214,10 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("UnorderedNeverBlocks", func(t *testing.T) {
 		e := setup(t, h)
 		ms := e.enqueueN("t", "", 3)
-		wantIDs(t, "first claim", e.claim("p", 1, e.t0), ms[0])
+		c := e.claim("p", 1, e.t0)
+		wantIDs(t, "first claim", c, ms[0])
 		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{
-			Kind: outbox.OutcomeRetry, ID: ms[0].ID, Attempt: 1, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "x"},
+			Kind: outbox.OutcomeRetry, ID: ms[0].ID, Attempt: 1, ClaimToken: c[0].ClaimToken, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "x"},
 		}}})
 		wantIDs(t, "second claim", e.claim("p", 1, e.t0), ms[1])
 		wantIDs(t, "third claim", e.claim("p", 10, e.t0), ms[2])
@@ -233,9 +235,10 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 			t.Fatalf("LeaseLost %v, want [%s]", res.LeaseLost, ms[0].ID)
 		}
 		e.wantStatus("", ms[0].ID, outbox.StatusPending)
-		wantIDs(t, "claim", e.claim("p", 1, e.t0), ms[0])
+		c := e.claim("p", 1, e.t0)
+		wantIDs(t, "claim", c, ms[0])
 		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{
-			Kind: outbox.OutcomeDead, ID: ms[0].ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "131047"},
+			Kind: outbox.OutcomeDead, ID: ms[0].ID, Attempt: 1, ClaimToken: c[0].ClaimToken, Error: &outbox.ErrorInfo{Code: "131047"},
 		}}})
 		if _, err := e.s.MessageCancel(e.ctx, outbox.MessageCancelParams{ID: ms[1].ID, Now: e.t0}); err != nil {
 			t.Fatalf("MessageCancel: %v", err)
@@ -301,7 +304,7 @@ func testFIFO[TTx any](t *testing.T, h Harness[TTx]) {
 					mu.Unlock()
 					p := outbox.MessageFinishParams{Owner: owner, Now: e.t0}
 					for _, m := range batch {
-						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 					}
 					if res, err := e.s.MessageFinish(e.ctx, p); err != nil || len(res.LeaseLost) > 0 {
 						errs <- fmt.Errorf("finish: %v, lease lost %v", err, res.LeaseLost)
@@ -388,15 +391,15 @@ func testFIFOUnderChurn[TTx any](t *testing.T, h Harness[TTx]) {
 				for _, m := range batch {
 					switch r := next(10); {
 					case stopped[m.Group]:
-						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 					case r < 2:
-						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeRetry, ID: m.ID, Attempt: m.Attempts, NextAttemptAt: now.Add(time.Millisecond), Error: &outbox.ErrorInfo{Code: "x"}})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeRetry, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken, NextAttemptAt: now.Add(time.Millisecond), Error: &outbox.ErrorInfo{Code: "x"}})
 						stopped[m.Group] = true
 					case r < 3:
-						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 						stopped[m.Group] = true
 					default:
-						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 						done[m.ID] = true // before the outcome commits
 						total++
 					}

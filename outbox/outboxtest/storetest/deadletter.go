@@ -167,7 +167,7 @@ func (e *env[TTx]) outcomes(owner string, now time.Time, outs ...outcome) {
 // dead is a permanent failure of m, holding its group when block.
 func (e *env[TTx]) dead(m outbox.Message, block bool) outcome {
 	return func(p *outbox.MessageFinishParams) {
-		p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeDead, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts,
+		p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeDead, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken,
 			Error: &outbox.ErrorInfo{Code: "131026", Message: "undeliverable"}, StartedAt: p.Now, BlockGroup: block})
 	}
 }
@@ -175,6 +175,6 @@ func (e *env[TTx]) dead(m outbox.Message, block bool) outcome {
 // released puts m back unattempted.
 func (e *env[TTx]) released(m outbox.Message) outcome {
 	return func(p *outbox.MessageFinishParams) {
-		p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts})
+		p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 	}
 }

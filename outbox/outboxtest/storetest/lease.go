@@ -20,9 +20,9 @@ func testLease[TTx any](t *testing.T, h Harness[TTx]) {
 		claimed := e.claim("p", 3, e.t0) // ms[0..2]; ms[3] stays PENDING
 		wantIDs(t, "claim", claimed, ms[:3]...)
 		res, err := ext.MessageExtendLease(e.ctx, outbox.MessageExtendLeaseParams{Owner: "p", Now: e.at(10 * time.Minute), Leases: []outbox.Lease{
-			{Topic: "t", ID: ms[0].ID, Attempt: 1},
-			{Topic: "t", ID: ms[1].ID, Attempt: 2}, // not this claim
-			{Topic: "t", ID: ms[3].ID, Attempt: 1}, // not claimed at all
+			{Topic: "t", ID: ms[0].ID, Attempt: 1, ClaimToken: claimed[0].ClaimToken},
+			{Topic: "t", ID: ms[1].ID, Attempt: 2, ClaimToken: claimed[1].ClaimToken}, // not this claim
+			{Topic: "t", ID: ms[3].ID, Attempt: 1},                                    // not claimed at all
 		}})
 		if err != nil {
 			t.Fatalf("MessageExtendLease: %v", err)
@@ -32,7 +32,7 @@ func testLease[TTx any](t *testing.T, h Harness[TTx]) {
 			t.Fatalf("LeaseLost %v, want %v", lost, want)
 		}
 		res, err = ext.MessageExtendLease(e.ctx, outbox.MessageExtendLeaseParams{Owner: "q", Now: e.at(10 * time.Minute),
-			Leases: []outbox.Lease{{Topic: "t", ID: ms[2].ID, Attempt: 1}}})
+			Leases: []outbox.Lease{{Topic: "t", ID: ms[2].ID, Attempt: 1, ClaimToken: claimed[2].ClaimToken}}})
 		if err != nil || len(res.LeaseLost) != 1 || res.LeaseLost[0] != ms[2].ID {
 			t.Fatalf("extension by another owner: %+v, %v; want its lease lost", res, err)
 		}
@@ -52,7 +52,7 @@ func testLease[TTx any](t *testing.T, h Harness[TTx]) {
 		e.sent("p", e.at(16*time.Minute), claimed[0])
 		// A finished message's lease is gone.
 		res, err = ext.MessageExtendLease(e.ctx, outbox.MessageExtendLeaseParams{Owner: "p", Now: e.at(17 * time.Minute),
-			Leases: []outbox.Lease{{Topic: "t", ID: ms[0].ID, Attempt: 1}}})
+			Leases: []outbox.Lease{{Topic: "t", ID: ms[0].ID, Attempt: 1, ClaimToken: claimed[0].ClaimToken}}})
 		if err != nil || len(res.LeaseLost) != 1 {
 			t.Fatalf("extension after the outcome: %+v, %v; want the lease lost", res, err)
 		}

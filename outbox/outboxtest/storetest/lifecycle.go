@@ -19,7 +19,7 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		m := e.enqueue(outbox.Message{Tenant: "a", Topic: "t", Payload: []byte(`1`)})[0]
 		c := e.claim("p", 1, e.at(time.Second))[0]
 		res := e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(2 * time.Second), Outcomes: []outbox.Outcome{{
-			Kind: outbox.OutcomeSent, ID: c.ID, Attempt: c.Attempts, ProviderMessageID: "wamid.1",
+			Kind: outbox.OutcomeSent, ID: c.ID, Attempt: c.Attempts, ClaimToken: c.ClaimToken, ProviderMessageID: "wamid.1",
 			ProviderResponse: json.RawMessage(`{"messages":[{"id":"wamid.1"}]}`), StartedAt: e.at(time.Second),
 		}}})
 		if len(res.LeaseLost) != 0 {
@@ -53,7 +53,7 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		m := e.enqueue(msg("t", "", 1))[0]
 		c := e.claim("p", 1, e.t0)[0]
 		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(time.Second), Outcomes: []outbox.Outcome{{
-			Kind: outbox.OutcomeRetry, ID: c.ID, Attempt: 1, NextAttemptAt: e.at(time.Minute), Error: &outbox.ErrorInfo{Code: "http_503", Message: "unavailable"},
+			Kind: outbox.OutcomeRetry, ID: c.ID, Attempt: 1, ClaimToken: c.ClaimToken, NextAttemptAt: e.at(time.Minute), Error: &outbox.ErrorInfo{Code: "http_503", Message: "unavailable"},
 			StartedAt: e.t0,
 		}}})
 		got := e.wantStatus("", m.ID, outbox.StatusPending)
@@ -83,7 +83,7 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		m := e.enqueue(msg("t", "", 1))[0]
 		c := e.claim("p", 1, e.t0)[0]
 		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{
-			Kind: outbox.OutcomeDead, ID: c.ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "131047", Message: "invalid parameter"},
+			Kind: outbox.OutcomeDead, ID: c.ID, Attempt: 1, ClaimToken: c.ClaimToken, Error: &outbox.ErrorInfo{Code: "131047", Message: "invalid parameter"},
 		}}})
 		got := e.wantStatus("", m.ID, outbox.StatusFailed)
 		if got.LastError == nil || got.LastError.Code != "131047" || got.ClaimedBy != "" {
@@ -106,7 +106,7 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		delayed.NextAttemptAt = e.at(time.Minute)
 		m := e.enqueue(delayed)[0]
 		c := e.claim("p", 1, e.at(time.Minute))[0]
-		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(2 * time.Minute), Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeReleased, ID: c.ID, Attempt: c.Attempts}}})
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(2 * time.Minute), Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeReleased, ID: c.ID, Attempt: c.Attempts, ClaimToken: c.ClaimToken}}})
 		got := e.wantStatus("", m.ID, outbox.StatusPending)
 		if got.Attempts != 0 || got.ClaimedBy != "" || !got.ClaimedAt.IsZero() {
 			t.Fatalf("released: %+v; want 0 attempts and no lease", got)
@@ -126,7 +126,7 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		ms := e.enqueueN("t", "g", 2)
 		c := e.claim("p", 1, e.t0)[0]
 		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{
-			Kind: outbox.OutcomeReleased, ID: c.ID, Attempt: 1, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "quota", Message: "daily quota used up"},
+			Kind: outbox.OutcomeReleased, ID: c.ID, Attempt: 1, ClaimToken: c.ClaimToken, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "quota", Message: "daily quota used up"},
 		}}})
 		got := e.wantStatus("", ms[0].ID, outbox.StatusPending)
 		if got.Attempts != 0 || got.LastError == nil || got.LastError.Code != "quota" || got.ClaimedBy != "" {
@@ -160,9 +160,9 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		wantIDs(t, "new claim", fresh, ms[0], ms[1])
 
 		res := e.finish(outbox.MessageFinishParams{Owner: "old", Now: e.at(2 * time.Minute),
-			Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: old[0].ID, Attempt: 1, ProviderMessageID: "stale"},
-				{Kind: outbox.OutcomeRetry, ID: old[1].ID, Attempt: 1, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "x"}},
-				{Kind: outbox.OutcomeReleased, ID: old[2].ID, Attempt: 1}}, // recovered: PENDING, not PROCESSING
+			Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: old[0].ID, Attempt: 1, ClaimToken: old[0].ClaimToken, ProviderMessageID: "stale"},
+				{Kind: outbox.OutcomeRetry, ID: old[1].ID, Attempt: 1, ClaimToken: old[1].ClaimToken, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "x"}},
+				{Kind: outbox.OutcomeReleased, ID: old[2].ID, Attempt: 1, ClaimToken: old[2].ClaimToken}}, // recovered: PENDING, not PROCESSING
 		})
 		slices.Sort(res.LeaseLost)
 		want := []string{ms[0].ID, ms[1].ID, ms[2].ID}
@@ -180,11 +180,11 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 			t.Fatalf("a stale release changed attempts to %d (recovery left 0)", got.Attempts)
 		}
 		// Right owner, wrong attempt; and wrong owner, right attempt.
-		res = e.finish(outbox.MessageFinishParams{Owner: "new", Now: e.at(2 * time.Minute), Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: fresh[0].ID, Attempt: 2}}})
+		res = e.finish(outbox.MessageFinishParams{Owner: "new", Now: e.at(2 * time.Minute), Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: fresh[0].ID, Attempt: 2, ClaimToken: fresh[0].ClaimToken}}})
 		if len(res.LeaseLost) != 1 {
 			t.Fatalf("an outcome for attempt 2 of a message at attempt 1 was applied")
 		}
-		res = e.finish(outbox.MessageFinishParams{Owner: "old", Now: e.at(2 * time.Minute), Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: fresh[0].ID, Attempt: 1}}})
+		res = e.finish(outbox.MessageFinishParams{Owner: "old", Now: e.at(2 * time.Minute), Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: fresh[0].ID, Attempt: 1, ClaimToken: fresh[0].ClaimToken}}})
 		if len(res.LeaseLost) != 1 {
 			t.Fatalf("an outcome from another owner was applied")
 		}
@@ -212,7 +212,7 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		wantIDs(t, "first claim", first, ms...)
 		rel := outbox.MessageFinishParams{Owner: "p", Now: e.t0}
 		for _, c := range first {
-			rel.Outcomes = append(rel.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, Topic: c.Topic, ID: c.ID, Attempt: c.Attempts})
+			rel.Outcomes = append(rel.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, Topic: c.Topic, ID: c.ID, Attempt: c.Attempts, ClaimToken: c.ClaimToken})
 		}
 		if res := e.finish(rel); len(res.LeaseLost) != 0 {
 			t.Fatalf("release: LeaseLost %v", res.LeaseLost)
@@ -223,13 +223,19 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 			if second[i].Attempts != first[i].Attempts {
 				t.Fatalf("message %d: attempt %d, then %d after a release; want the same", i, first[i].Attempts, second[i].Attempts)
 			}
+			if second[i].ClaimToken == "" || second[i].ClaimToken == first[i].ClaimToken {
+				t.Fatalf("message %d: claim token %q, then %q; want a new one for each claim", i, first[i].ClaimToken, second[i].ClaimToken)
+			}
+			if got := e.get("", ms[i].ID); got.ClaimToken != second[i].ClaimToken {
+				t.Fatalf("message %d: stored claim token %q, claim returned %q", i, got.ClaimToken, second[i].ClaimToken)
+			}
 		}
 		// The first claim's outcomes, late: one of each kind.
 		late := outbox.MessageFinishParams{Owner: "p", Now: e.at(time.Second), Outcomes: []outbox.Outcome{
-			{Kind: outbox.OutcomeReleased, Topic: first[0].Topic, ID: first[0].ID, Attempt: first[0].Attempts},
-			{Kind: outbox.OutcomeSent, Topic: first[1].Topic, ID: first[1].ID, Attempt: first[1].Attempts, ProviderMessageID: "late"},
-			{Kind: outbox.OutcomeRetry, Topic: first[2].Topic, ID: first[2].ID, Attempt: first[2].Attempts, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "late"}},
-			{Kind: outbox.OutcomeDead, Topic: first[3].Topic, ID: first[3].ID, Attempt: first[3].Attempts, Error: &outbox.ErrorInfo{Code: "late"}},
+			{Kind: outbox.OutcomeReleased, Topic: first[0].Topic, ID: first[0].ID, Attempt: first[0].Attempts, ClaimToken: first[0].ClaimToken},
+			{Kind: outbox.OutcomeSent, Topic: first[1].Topic, ID: first[1].ID, Attempt: first[1].Attempts, ClaimToken: first[1].ClaimToken, ProviderMessageID: "late"},
+			{Kind: outbox.OutcomeRetry, Topic: first[2].Topic, ID: first[2].ID, Attempt: first[2].Attempts, ClaimToken: first[2].ClaimToken, NextAttemptAt: e.at(time.Hour), Error: &outbox.ErrorInfo{Code: "late"}},
+			{Kind: outbox.OutcomeDead, Topic: first[3].Topic, ID: first[3].ID, Attempt: first[3].Attempts, ClaimToken: first[3].ClaimToken, Error: &outbox.ErrorInfo{Code: "late"}},
 		}}
 		res := e.finish(late)
 		lost := slices.Sorted(slices.Values(res.LeaseLost))
@@ -267,14 +273,14 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		}
 		if ext, ok := e.s.(outbox.LeaseExtender); ok && !h.lacks(CapLeaseExtend) {
 			r, err := ext.MessageExtendLease(e.ctx, outbox.MessageExtendLeaseParams{Owner: "p", Now: e.at(2 * time.Minute),
-				Leases: []outbox.Lease{{Topic: first.Topic, ID: first.ID, Attempt: first.Attempts}}})
+				Leases: []outbox.Lease{{Topic: first.Topic, ID: first.ID, Attempt: first.Attempts, ClaimToken: first.ClaimToken}}})
 			if err != nil || len(r.LeaseLost) != 1 {
 				t.Fatalf("extending the first claim's lease: %+v, %v; want it lost", r, err)
 			}
 			wantTime(t, "ClaimedAt of the second claim", e.get("", m.ID).ClaimedAt, e.at(time.Minute))
 		}
 		res := e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(2 * time.Minute), Outcomes: []outbox.Outcome{
-			{Kind: outbox.OutcomeReleased, Topic: first.Topic, ID: first.ID, Attempt: first.Attempts},
+			{Kind: outbox.OutcomeReleased, Topic: first.Topic, ID: first.ID, Attempt: first.Attempts, ClaimToken: first.ClaimToken},
 		}})
 		if len(res.LeaseLost) != 1 {
 			t.Fatalf("a late release of the first claim was applied to the second (LeaseLost %v)", res.LeaseLost)
@@ -290,10 +296,10 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		ms := e.enqueueN("t", "", 4)
 		c := e.claim("p", 4, e.t0)
 		res := e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.at(time.Second),
-			Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: c[0].ID, Attempt: 1, ProviderMessageID: "x0"},
-				{Kind: outbox.OutcomeRetry, ID: c[1].ID, Attempt: 1, NextAttemptAt: e.at(time.Minute), Error: &outbox.ErrorInfo{Code: "r"}},
-				{Kind: outbox.OutcomeDead, ID: c[2].ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "d"}},
-				{Kind: outbox.OutcomeReleased, ID: c[3].ID, Attempt: 1}},
+			Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: c[0].ID, Attempt: 1, ClaimToken: c[0].ClaimToken, ProviderMessageID: "x0"},
+				{Kind: outbox.OutcomeRetry, ID: c[1].ID, Attempt: 1, ClaimToken: c[1].ClaimToken, NextAttemptAt: e.at(time.Minute), Error: &outbox.ErrorInfo{Code: "r"}},
+				{Kind: outbox.OutcomeDead, ID: c[2].ID, Attempt: 1, ClaimToken: c[2].ClaimToken, Error: &outbox.ErrorInfo{Code: "d"}},
+				{Kind: outbox.OutcomeReleased, ID: c[3].ID, Attempt: 1, ClaimToken: c[3].ClaimToken}},
 		})
 		if len(res.LeaseLost) != 0 {
 			t.Fatalf("LeaseLost %v", res.LeaseLost)
@@ -303,7 +309,7 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		e.wantStatus("", ms[2].ID, outbox.StatusFailed)
 		e.wantStatus("", ms[3].ID, outbox.StatusPending)
 		wantCounts(t, e.count(""), map[outbox.Status]int64{outbox.StatusSent: 1, outbox.StatusPending: 2, outbox.StatusFailed: 1})
-		if _, err := e.s.MessageFinish(e.ctx, outbox.MessageFinishParams{Now: e.t0, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: ms[0].ID, Attempt: 1}}}); err == nil {
+		if _, err := e.s.MessageFinish(e.ctx, outbox.MessageFinishParams{Now: e.t0, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: ms[0].ID, Attempt: 1, ClaimToken: c[0].ClaimToken}}}); err == nil {
 			t.Fatal("MessageFinish without an Owner was accepted")
 		}
 	})
@@ -313,8 +319,8 @@ func testFinish[TTx any](t *testing.T, h Harness[TTx]) {
 		ms := e.enqueueN("t", "", 2)
 		c := e.claim("p", 2, e.t0)
 		_, err := e.s.MessageFinish(e.ctx, outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{
-			{Kind: outbox.OutcomeSent, ID: c[0].ID, Attempt: 1},
-			{Kind: outbox.OutcomeDead, ID: c[1].ID, Attempt: 1}, // no Error: a dead letter must say why
+			{Kind: outbox.OutcomeSent, ID: c[0].ID, Attempt: 1, ClaimToken: c[0].ClaimToken},
+			{Kind: outbox.OutcomeDead, ID: c[1].ID, Attempt: 1, ClaimToken: c[1].ClaimToken}, // no Error: a dead letter must say why
 		}})
 		wantErrIs(t, "MessageFinish with a dead letter without Error", err, outbox.ErrInvalidInput)
 		e.wantStatus("", ms[0].ID, outbox.StatusProcessing)
@@ -372,8 +378,8 @@ func testRecover[TTx any](t *testing.T, h Harness[TTx]) {
 		// ms[1] has one real (retried) attempt before its leases are lost.
 		c := e.claim("p", 2, e.t0)
 		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{
-			{Kind: outbox.OutcomeRetry, ID: c[1].ID, Attempt: 1, NextAttemptAt: e.t0, Error: &outbox.ErrorInfo{Code: "x"}},
-			{Kind: outbox.OutcomeReleased, ID: c[0].ID, Attempt: 1},
+			{Kind: outbox.OutcomeRetry, ID: c[1].ID, Attempt: 1, ClaimToken: c[1].ClaimToken, NextAttemptAt: e.t0, Error: &outbox.ErrorInfo{Code: "x"}},
+			{Kind: outbox.OutcomeReleased, ID: c[0].ID, Attempt: 1, ClaimToken: c[0].ClaimToken},
 		}})
 		const maxRecoveries = 3
 		now := e.t0
@@ -426,7 +432,7 @@ func testOperator[TTx any](t *testing.T, h Harness[TTx]) {
 		e := setup(t, h)
 		m := e.enqueue(outbox.Message{Tenant: "a", Topic: "t", Payload: []byte(`1`)})[0]
 		c := e.claim("p", 1, e.t0)[0]
-		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeDead, ID: c.ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "x"}}}})
+		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeDead, ID: c.ID, Attempt: 1, ClaimToken: c.ClaimToken, Error: &outbox.ErrorInfo{Code: "x"}}}})
 
 		_, err := e.s.MessageRequeue(e.ctx, outbox.MessageRequeueParams{Tenant: "b", ID: m.ID, Now: e.at(time.Hour)})
 		wantErrIs(t, "MessageRequeue from another tenant", err, outbox.ErrNotFound)

@@ -156,8 +156,8 @@ func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
 		ms := e.enqueueN("t", "", 7)
 		c := e.claim("p", 5, e.t0) // ms[0..4]
 		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0,
-			Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: c[0].ID, Attempt: 1, ProviderMessageID: "p0"}, {Kind: outbox.OutcomeSent, ID: c[1].ID, Attempt: 1, ProviderMessageID: "p1"},
-				{Kind: outbox.OutcomeDead, ID: c[2].ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "x"}}},
+			Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: c[0].ID, Attempt: 1, ClaimToken: c[0].ClaimToken, ProviderMessageID: "p0"}, {Kind: outbox.OutcomeSent, ID: c[1].ID, Attempt: 1, ClaimToken: c[1].ClaimToken, ProviderMessageID: "p1"},
+				{Kind: outbox.OutcomeDead, ID: c[2].ID, Attempt: 1, ClaimToken: c[2].ClaimToken, Error: &outbox.ErrorInfo{Code: "x"}}},
 		})
 		e.receipt(outbox.Receipt{ProviderMessageID: "p1", Status: outbox.DeliveryDelivered, At: e.t0})
 		if _, err := e.s.MessageCancel(e.ctx, outbox.MessageCancelParams{ID: ms[5].ID, Now: e.t0}); err != nil {
@@ -175,8 +175,8 @@ func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
 		old := e.enqueueN("t", "", 6)
 		c := e.claim("p", 4, e.t0) // old[0..3] PROCESSING since t0
 		e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0,
-			Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: c[0].ID, Attempt: 1},
-				{Kind: outbox.OutcomeDead, ID: c[1].ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "x"}}},
+			Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: c[0].ID, Attempt: 1, ClaimToken: c[0].ClaimToken},
+				{Kind: outbox.OutcomeDead, ID: c[1].ID, Attempt: 1, ClaimToken: c[1].ClaimToken, Error: &outbox.ErrorInfo{Code: "x"}}},
 		})
 		if _, err := e.s.MessageCancel(e.ctx, outbox.MessageCancelParams{ID: old[4].ID, Now: e.t0}); err != nil {
 			t.Fatal(err)
@@ -220,12 +220,12 @@ func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
 		}
 		var outs []outbox.Outcome
 		for _, m := range c {
-			k := outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: 1}
+			k := outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: 1, ClaimToken: m.ClaimToken}
 			if m.ID == a[1].ID || m.ID == b[1].ID {
-				k = outbox.Outcome{Kind: outbox.OutcomeDead, ID: m.ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "x"}}
+				k = outbox.Outcome{Kind: outbox.OutcomeDead, ID: m.ID, Attempt: 1, ClaimToken: m.ClaimToken, Error: &outbox.ErrorInfo{Code: "x"}}
 			}
 			if m.ID == a[2].ID {
-				k = outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: 1}
+				k = outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: 1, ClaimToken: m.ClaimToken}
 			}
 			outs = append(outs, k)
 		}

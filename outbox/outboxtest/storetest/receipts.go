@@ -16,7 +16,7 @@ func (e *env[TTx]) sentMessage(tenant, pid string) outbox.Message {
 	m := e.enqueue(outbox.Message{Tenant: tenant, Topic: "whatsapp", Payload: []byte(`{}`)})[0]
 	got := e.claimP(outbox.MessageClaimParams{Limit: 1, Owner: "p", Now: e.t0})
 	wantIDs(e.t, "claim", got, m)
-	e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: 1, ProviderMessageID: pid}}})
+	e.finish(outbox.MessageFinishParams{Owner: "p", Now: e.t0, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: 1, ClaimToken: got[0].ClaimToken, ProviderMessageID: pid}}})
 	return e.wantStatus(tenant, m.ID, outbox.StatusSent)
 }
 

@@ -204,7 +204,7 @@ func (e *env[TTx]) sent(owner string, now time.Time, msgs ...outbox.Message) {
 	e.t.Helper()
 	p := outbox.MessageFinishParams{Owner: owner, Now: now}
 	for _, m := range msgs {
-		p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ProviderMessageID: "prov-" + m.ID, StartedAt: now})
+		p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken, ProviderMessageID: "prov-" + m.ID, StartedAt: now})
 	}
 	if res := e.finish(p); len(res.LeaseLost) > 0 {
 		e.t.Fatalf("MessageFinish: unexpected LeaseLost %v", res.LeaseLost)
