@@ -133,7 +133,7 @@ func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueM
 			return err
 		}
 		const set = `status = 'PENDING', attempts = 0, recoveries = 0,
-			next_attempt_at = $1, updated_at = $1, claimed_at = NULL, claimed_by = NULL, blocks_group = false,
+			next_attempt_at = $1, updated_at = $1, claimed_at = NULL, claimed_by = NULL, claim_token = NULL, blocks_group = false,
 			sent_response = NULL, sent_started_at = NULL, sent_finished_at = NULL`
 		moved, err := tx.Exec(ctx, `UPDATE `+s.messages+` SET seq = DEFAULT, `+set+`
 			WHERE id = ANY($2::text[]) AND status = 'FAILED' AND grp <> '' AND NOT blocks_group`, p.Now, res.IDs)

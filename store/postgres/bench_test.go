@@ -111,7 +111,7 @@ func BenchmarkClaimFinish(b *testing.B) {
 		}
 		p := outbox.MessageFinishParams{Owner: "bench", Now: time.Now()}
 		for _, m := range ms {
-			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ProviderMessageID: "p-" + m.ID, StartedAt: time.Now()})
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken, ProviderMessageID: "p-" + m.ID, StartedAt: time.Now()})
 		}
 		t0 = time.Now()
 		if _, err := s.MessageFinish(ctx, p); err != nil {

@@ -43,14 +43,20 @@ func TestDeleteSentTopics(t *testing.T) {
 		}
 		return res
 	}
-	sent := func(i int) outbox.Outcome { return outbox.Outcome{Kind: outbox.OutcomeSent, ID: id(i), Attempt: 1} }
+	token := make(map[string]string, len(ms))
+	for _, m := range ms {
+		token[m.ID] = m.ClaimToken
+	}
+	sent := func(i int) outbox.Outcome {
+		return outbox.Outcome{Kind: outbox.OutcomeSent, ID: id(i), Attempt: 1, ClaimToken: token[id(i)]}
+	}
 	// Another owner's outcome deletes nothing.
 	if res := finish("q", sent(0)); !slices.Equal(res.LeaseLost, []string{id(0)}) {
 		t.Fatalf("q's outcome: lease lost %v, want %s", res.LeaseLost, id(0))
 	}
 	res := finish("p", sent(0), sent(1), sent(2),
-		outbox.Outcome{Kind: outbox.OutcomeRetry, ID: id(3), Attempt: 1, Error: &outbox.ErrorInfo{Code: "busy"}, NextAttemptAt: time.Now().Add(-time.Second)},
-		outbox.Outcome{Kind: outbox.OutcomeDead, ID: id(4), Attempt: 1, Error: &outbox.ErrorInfo{Code: "bad"}})
+		outbox.Outcome{Kind: outbox.OutcomeRetry, ID: id(3), Attempt: 1, ClaimToken: token[id(3)], Error: &outbox.ErrorInfo{Code: "busy"}, NextAttemptAt: time.Now().Add(-time.Second)},
+		outbox.Outcome{Kind: outbox.OutcomeDead, ID: id(4), Attempt: 1, ClaimToken: token[id(4)], Error: &outbox.ErrorInfo{Code: "bad"}})
 	if len(res.LeaseLost) > 0 {
 		t.Fatalf("lease lost %v", res.LeaseLost)
 	}
@@ -87,7 +93,7 @@ func TestDeleteSentTopics(t *testing.T) {
 	if len(again) != 1 || again[0].ID != id(3) || again[0].Attempts != 2 {
 		t.Fatalf("claimed %v, want %s at attempt 2", ids(again), id(3))
 	}
-	finish("p", outbox.Outcome{Kind: outbox.OutcomeSent, ID: id(3), Attempt: 2})
+	finish("p", outbox.Outcome{Kind: outbox.OutcomeSent, ID: id(3), Attempt: 2, ClaimToken: again[0].ClaimToken})
 	if got := status(3); got != "deleted" {
 		t.Fatalf("retried message: %s after its send, want deleted", got)
 	}

@@ -47,7 +47,7 @@ FROM generate_series(1, $1::int) AS i`, n); err != nil {
 				t.Fatalf("claim %d: out of sequence order at %d", claims, i)
 			}
 			found = found || m.ID == b
-			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts})
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 		}
 		if found {
 			t.Logf("b's message claimed by claim %d", claims)

@@ -132,14 +132,14 @@ func testClaimFIFO(t *testing.T, concurrent, async bool) {
 					key := m.GroupKey()
 					switch r := rng.IntN(10); {
 					case m.Group != "" && blocked[key]:
-						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 					case r < 6:
-						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 					case r < 8:
-						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeRetry, ID: m.ID, Attempt: m.Attempts, NextAttemptAt: time.Now(), Error: &outbox.ErrorInfo{Code: "x"}})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeRetry, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken, NextAttemptAt: time.Now(), Error: &outbox.ErrorInfo{Code: "x"}})
 						blocked[key] = true
 					default:
-						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts})
+						p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 						blocked[key] = true
 					}
 				}
@@ -351,18 +351,23 @@ func TestClaimStopsAtLeasedMessages(t *testing.T) {
 	for i := range 5 {
 		ms = append(ms, b.enqueue(msg("t", "g", i))[0].Message)
 	}
+	claimed := map[string]string{} // the claim token of each message, by ID
 	release := func(rel ...outbox.Message) {
 		t.Helper()
 		p := outbox.MessageFinishParams{Owner: "p1", Now: time.Now()}
 		for _, m := range rel {
-			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: 1})
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: 1, ClaimToken: claimed[m.ID]})
 		}
 		if res, err := b.store.MessageFinish(b.ctx, p); err != nil || len(res.LeaseLost) > 0 {
 			t.Fatalf("release: %+v, %v", res, err)
 		}
 	}
-	if got := b.claim("p1", 5); len(got) != 5 {
+	got := b.claim("p1", 5)
+	if len(got) != 5 {
 		t.Fatalf("first claim: %v, want the 5 messages", ids(got))
+	}
+	for _, m := range got {
+		claimed[m.ID] = m.ClaimToken
 	}
 	// ms[1] and ms[3] go back to PENDING; ms[0], ms[2] and ms[4] stay leased.
 	release(ms[1], ms[3])

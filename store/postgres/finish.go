@@ -13,8 +13,9 @@ import (
 // MessageFinish records a batch of outcomes of one owner in one statement:
 // one UPDATE ... FROM unnest(...) per kind plus the attempt rows, atomically.
 // Each outcome applies only while the lease holds (status PROCESSING,
-// ClaimedBy = p.Owner, Attempts = the outcome's Attempt); the IDs of the
-// others are returned in LeaseLost. Released messages go back to PENDING
+// ClaimedBy = p.Owner, Attempts = the outcome's Attempt, claim_token = the
+// outcome's ClaimToken, NULL for ""); the IDs of the others are returned in
+// LeaseLost. Released messages go back to PENDING
 // without counting the attempt (deferred ones with their new due time and
 // LastError) and wake the other processors.
 //
@@ -81,12 +82,14 @@ func (s *Store) finish(ctx context.Context, now time.Time, owner string, outcome
 	// unnest(...) of the statement.
 	var (
 		sID         []string
+		sTok        []*string
 		sPMID       []*string
 		sResp       []*string
 		sAtt        []int32
 		sStart      []*time.Time
 		sTID        []string
 		rID         []string
+		rTok        []*string
 		rCode, rMsg []*string
 		rResp       []*string
 		rAtt        []int32
@@ -94,6 +97,7 @@ func (s *Store) finish(ctx context.Context, now time.Time, owner string, outcome
 		rStart      []*time.Time
 		rTID        []string
 		dID         []string
+		dTok        []*string
 		dCode, dMsg []*string
 		dResp       []*string
 		dAtt        []int32
@@ -101,6 +105,7 @@ func (s *Store) finish(ctx context.Context, now time.Time, owner string, outcome
 		dBlock      []bool
 		dTID        []string
 		lID         []string
+		lTok        []*string
 		lAtt        []int32
 		lNext       []*time.Time
 		lHasErr     []bool
@@ -109,13 +114,14 @@ func (s *Store) finish(ctx context.Context, now time.Time, owner string, outcome
 	)
 	for i, o := range outcomes {
 		att := int32(o.Attempt) //nolint:gosec // attempts are small
+		tok := nullText(o.ClaimToken)
 		tid := ""
 		if tids != nil {
 			tid = tids[i]
 		}
 		switch o.Kind {
 		case outbox.OutcomeSent:
-			sID, sAtt, sTID = append(sID, o.ID), append(sAtt, att), append(sTID, tid)
+			sID, sAtt, sTok, sTID = append(sID, o.ID), append(sAtt, att), append(sTok, tok), append(sTID, tid)
 			sPMID = append(sPMID, nullText(o.ProviderMessageID))
 			sResp, sStart = append(sResp, jsonText(o.ProviderResponse)), append(sStart, nullTime(o.StartedAt))
 		case outbox.OutcomeRetry:
@@ -123,17 +129,17 @@ func (s *Store) finish(ctx context.Context, now time.Time, owner string, outcome
 			if next.IsZero() {
 				next = now
 			}
-			rID, rAtt, rTID = append(rID, o.ID), append(rAtt, att), append(rTID, tid)
+			rID, rAtt, rTok, rTID = append(rID, o.ID), append(rAtt, att), append(rTok, tok), append(rTID, tid)
 			rNext = append(rNext, next.UTC().Truncate(time.Microsecond))
 			rCode, rMsg = append(rCode, nullText(o.Error.Code)), append(rMsg, nullText(o.Error.Message))
 			rResp, rStart = append(rResp, jsonText(o.ProviderResponse)), append(rStart, nullTime(o.StartedAt))
 		case outbox.OutcomeDead:
-			dID, dAtt, dTID = append(dID, o.ID), append(dAtt, att), append(dTID, tid)
+			dID, dAtt, dTok, dTID = append(dID, o.ID), append(dAtt, att), append(dTok, tok), append(dTID, tid)
 			dCode, dMsg = append(dCode, nullText(o.Error.Code)), append(dMsg, nullText(o.Error.Message))
 			dResp, dStart = append(dResp, jsonText(o.ProviderResponse)), append(dStart, nullTime(o.StartedAt))
 			dBlock = append(dBlock, o.BlockGroup)
 		case outbox.OutcomeReleased:
-			lID, lAtt, lTID = append(lID, o.ID), append(lAtt, att), append(lTID, tid)
+			lID, lAtt, lTok, lTID = append(lID, o.ID), append(lAtt, att), append(lTok, tok), append(lTID, tid)
 			lNext = append(lNext, nullTime(o.NextAttemptAt))
 			hasErr := o.Error != nil && !o.NextAttemptAt.IsZero()
 			lHasErr = append(lHasErr, hasErr)
@@ -159,22 +165,22 @@ func (s *Store) finish(ctx context.Context, now time.Time, owner string, outcome
 	args := []any{now, text(owner), channel}
 	if len(sID) > 0 {
 		mask |= finishSent
-		args = withTID(append(args, sID, sAtt, sPMID, sResp, sStart), sTID)
+		args = withTID(append(args, sID, sAtt, sTok, sPMID, sResp, sStart), sTID)
 		if len(s.opts.DeleteSentTopics) > 0 {
 			args = append(args, s.opts.DeleteSentTopics)
 		}
 	}
 	if len(rID) > 0 {
 		mask |= finishRetry
-		args = withTID(append(args, rID, rAtt, rNext, rCode, rMsg, rResp, rStart), rTID)
+		args = withTID(append(args, rID, rAtt, rTok, rNext, rCode, rMsg, rResp, rStart), rTID)
 	}
 	if len(dID) > 0 {
 		mask |= finishDead
-		args = withTID(append(args, dID, dAtt, dCode, dMsg, dResp, dStart, dBlock), dTID)
+		args = withTID(append(args, dID, dAtt, dTok, dCode, dMsg, dResp, dStart, dBlock), dTID)
 	}
 	if len(lID) > 0 {
 		mask |= finishReleased
-		args = withTID(append(args, lID, lAtt, lNext, lHasErr, lCode, lMsg), lTID)
+		args = withTID(append(args, lID, lAtt, lTok, lNext, lHasErr, lCode, lMsg), lTID)
 	}
 	stmt, settings := s.sql.finish[mask], planSettings
 	if tids != nil {

@@ -41,7 +41,7 @@ func TestClaimLookupsStartAtGroupFloors(t *testing.T) {
 		}
 		p := outbox.MessageFinishParams{Owner: "p", Now: time.Now()}
 		for _, m := range ms {
-			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts})
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 		}
 		if _, err := s.MessageFinish(ctx, p); err != nil {
 			t.Fatal(err)
@@ -121,12 +121,12 @@ func TestRequeueMovesAnOvertakenDeadLetterToTheEnd(t *testing.T) {
 	}
 	m1, m2 := enqueue(`1`), enqueue(`2`)
 	c := claim("p", 1)
-	finish("p", outbox.Outcome{Kind: outbox.OutcomeDead, Topic: "t", ID: c[0].ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "x"}})
+	finish("p", outbox.Outcome{Kind: outbox.OutcomeDead, Topic: "t", ID: c[0].ID, Attempt: 1, ClaimToken: c[0].ClaimToken, Error: &outbox.ErrorInfo{Code: "x"}})
 	c = claim("p", 1) // m2: the floor of g is now m2's
 	if len(c) != 1 || c[0].ID != m2.ID {
 		t.Fatalf("second claim: %v, want m2", c)
 	}
-	finish("p", outbox.Outcome{Kind: outbox.OutcomeSent, Topic: "t", ID: m2.ID, Attempt: 1})
+	finish("p", outbox.Outcome{Kind: outbox.OutcomeSent, Topic: "t", ID: m2.ID, Attempt: 1, ClaimToken: c[0].ClaimToken})
 	m3 := enqueue(`3`)
 	rq, err := s.MessageRequeue(ctx, outbox.MessageRequeueParams{ID: m1.ID, Now: time.Now()})
 	if err != nil {
@@ -138,8 +138,8 @@ func TestRequeueMovesAnOvertakenDeadLetterToTheEnd(t *testing.T) {
 	if c = claim("p", 10); len(c) != 2 || c[0].ID != m3.ID || c[1].ID != m1.ID {
 		t.Fatalf("claim after the requeue: %v, want m3 then m1", c)
 	}
-	finish("p", outbox.Outcome{Kind: outbox.OutcomeSent, Topic: "t", ID: m3.ID, Attempt: 1},
-		outbox.Outcome{Kind: outbox.OutcomeReleased, Topic: "t", ID: m1.ID, Attempt: 1})
+	finish("p", outbox.Outcome{Kind: outbox.OutcomeSent, Topic: "t", ID: m3.ID, Attempt: 1, ClaimToken: c[0].ClaimToken},
+		outbox.Outcome{Kind: outbox.OutcomeReleased, Topic: "t", ID: m1.ID, Attempt: 1, ClaimToken: c[1].ClaimToken})
 
 	// A floor past a waiting message (made up here) is ignored for it.
 	s.floors.claimed([]outbox.Message{{Topic: "t", Group: "g", Seq: rq.Seq + 100}})

@@ -78,7 +78,7 @@ func (b *bundle) sent(owner string, ms ...outbox.Message) {
 	b.t.Helper()
 	p := outbox.MessageFinishParams{Owner: owner, Now: time.Now()}
 	for _, m := range ms {
-		p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ProviderMessageID: "p-" + m.ID})
+		p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken, ProviderMessageID: "p-" + m.ID})
 	}
 	res, err := b.store.MessageFinish(b.ctx, p)
 	if err != nil {

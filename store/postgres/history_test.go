@@ -30,8 +30,8 @@ func TestFirstSuccessWritesNoAttemptRow(t *testing.T) {
 	}
 	started := time.Now().Add(-time.Second).UTC().Truncate(time.Microsecond)
 	p := outbox.MessageFinishParams{Owner: "p", Now: time.Now(),
-		Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: en[0].Message.ID, Attempt: 1, ProviderMessageID: "x1", ProviderResponse: json.RawMessage(`{"ok":1}`), StartedAt: started},
-			{Kind: outbox.OutcomeRetry, ID: en[1].Message.ID, Attempt: 1, Error: &outbox.ErrorInfo{Code: "c"}}}}
+		Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: en[0].Message.ID, Attempt: 1, ClaimToken: ms[0].ClaimToken, ProviderMessageID: "x1", ProviderResponse: json.RawMessage(`{"ok":1}`), StartedAt: started},
+			{Kind: outbox.OutcomeRetry, ID: en[1].Message.ID, Attempt: 1, ClaimToken: ms[1].ClaimToken, Error: &outbox.ErrorInfo{Code: "c"}}}}
 	if _, err := b.store.MessageFinish(b.ctx, p); err != nil {
 		t.Fatal(err)
 	}

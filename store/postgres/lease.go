@@ -11,19 +11,21 @@ import (
 var _ outbox.LeaseExtender = (*Store)(nil)
 
 // extendSQL renews leases still held by their owner ($2), fenced like an
-// outcome. Only claimed_at changes. It commits durably even with
+// outcome (the claim token NULL in x.tok for a lease without one). Only claimed_at changes. It commits durably even with
 // Options.AsyncCommit: a renewal forgotten by a server crash could let
 // recovery take a message that is being published. It returns the new row
 // version's tuple ID for the outcome statement (tidCache).
 const extendSQL = `UPDATE {T} m SET claimed_at = $1
-FROM unnest($3::text[], $4::int4[]) AS x(id, attempt)
+FROM unnest($3::text[], $4::int4[], $5::text[]) AS x(id, attempt, tok)
 WHERE m.id = x.id AND m.status = 'PROCESSING' AND m.claimed_by = $2 AND m.attempts = x.attempt
+	AND m.claim_token::text IS NOT DISTINCT FROM x.tok
 RETURNING m.id, m.ctid::text`
 
 // MessageExtendLease implements outbox.LeaseExtender: one UPDATE sets
 // claimed_at to p.Now for every lease p.Owner still holds (status
-// PROCESSING, claimed_by = Owner, attempts = the lease's Attempt); the IDs
-// of the others are returned in LeaseLost.
+// PROCESSING, claimed_by = Owner, attempts = the lease's Attempt,
+// claim_token = the lease's ClaimToken); the IDs of the others are returned
+// in LeaseLost.
 func (s *Store) MessageExtendLease(ctx context.Context, p outbox.MessageExtendLeaseParams) (outbox.ExtendLeaseResult, error) {
 	if err := p.Validate(); err != nil {
 		return outbox.ExtendLeaseResult{}, err
@@ -33,11 +35,12 @@ func (s *Store) MessageExtendLease(ctx context.Context, p outbox.MessageExtendLe
 	}
 	ids := make([]string, len(p.Leases))
 	att := make([]int32, len(p.Leases))
+	toks := make([]*string, len(p.Leases))
 	for i, l := range p.Leases {
-		ids[i], att[i] = l.ID, int32(l.Attempt) //nolint:gosec // attempts are small
+		ids[i], att[i], toks[i] = l.ID, int32(l.Attempt), nullText(l.ClaimToken) //nolint:gosec // attempts are small
 	}
 	extended := make(map[string]bool, len(ids))
-	err := s.planned(ctx, s.sql.extend, []any{s.at(p.Now), text(p.Owner), ids, att}, func(r pgx.Rows) error {
+	err := s.planned(ctx, s.sql.extend, []any{s.at(p.Now), text(p.Owner), ids, att, toks}, func(r pgx.Rows) error {
 		var id, tid string
 		if err := r.Scan(&id, &tid); err != nil {
 			return err

@@ -34,8 +34,9 @@ func TestLeaseRenewalIsHOT(t *testing.T) {
 	}
 	ids := make([]string, len(claimed))
 	att := make([]int32, len(claimed))
+	toks := make([]string, len(claimed))
 	for i, m := range claimed {
-		ids[i], att[i] = m.ID, int32(m.Attempts) //nolint:gosec // small
+		ids[i], att[i], toks[i] = m.ID, int32(m.Attempts), m.ClaimToken //nolint:gosec // small
 	}
 	// The renewal's own statement, in a transaction whose statistics
 	// (pg_stat_xact_user_tables) count its updates and the HOT ones.
@@ -55,7 +56,7 @@ func TestLeaseRenewalIsHOT(t *testing.T) {
 		return upd, hot
 	}
 	upd0, hot0 := counts()
-	tag, err := tx.Exec(ctx, s.sql.extend, time.Now(), "p", ids, att)
+	tag, err := tx.Exec(ctx, s.sql.extend, time.Now(), "p", ids, att, toks)
 	if err != nil {
 		t.Fatal(err)
 	}

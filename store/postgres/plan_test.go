@@ -71,7 +71,7 @@ FROM generate_series($1::int, $2::int) AS i`, s.MessagesTable()), from, to); err
 		}
 		p := outbox.MessageFinishParams{Owner: owner, Now: time.Now()}
 		for _, m := range ms {
-			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts})
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 		}
 		if _, err := s.MessageFinish(ctx, p); err != nil {
 			t.Fatal(err)

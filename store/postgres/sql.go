@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/outboxkit/outboxkit/internal/adminsql"
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -66,7 +68,8 @@ func (t *sqlText) enqueueStmt(one, notify, unchecked bool) string {
 // msgCols is the column list scanned by scanMessage, in order.
 const msgCols = `id, seq, tenant, topic, grp, idempotency_key, status, attempts, max_attempts,
 	next_attempt_at, created_at, updated_at, claimed_at, claimed_by, provider_message_id,
-	last_error_code, last_error_message, sent_at, delivered_at, read_at, headers, payload, blocks_group, content_type, payload_bytes`
+	last_error_code, last_error_message, sent_at, delivered_at, read_at, headers, payload, blocks_group, content_type, payload_bytes,
+	claim_token`
 
 func prefixed(alias string) string {
 	cols := strings.Split(msgCols, ",")
@@ -277,7 +280,7 @@ runs AS MATERIALIZED (
 ), upd AS (
 	-- The versions locked above (this statement holds their row locks).
 	UPDATE {T} m SET status = 'PROCESSING', attempts = m.attempts + 1,
-		claimed_at = $1, claimed_by = $2, updated_at = $1
+		claimed_at = $1, claimed_by = $2, updated_at = $1, claim_token = gen_random_uuid()
 	WHERE m.ctid = ANY(ARRAY(SELECT tid FROM valid)) AND m.status = 'PENDING'
 	RETURNING {MCOLS}, m.ctid::text AS tid
 )`
@@ -445,7 +448,7 @@ ORDER BY u.seq`)
 			AND (m.topic = ANY($6::text[]) OR ($5::boolean AND NOT m.topic = ANY($7::text[]))),
 		last_error_code = 'lease_expired',
 		last_error_message = 'the lease expired before the processor recorded an outcome',
-		updated_at = $2, claimed_at = NULL, claimed_by = NULL
+		updated_at = $2, claimed_at = NULL, claimed_by = NULL, claim_token = NULL
 	FROM exp
 	WHERE m.id = exp.id AND m.status = 'PROCESSING'
 	RETURNING m.id, m.tenant, exp.attempts, m.status, m.next_attempt_at, exp.claimed_at
@@ -461,7 +464,7 @@ SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status
 
 	// What a requeue sets (MessageRequeue, MessageRequeueMany).
 	const requeueSet = `status = 'PENDING', attempts = 0, recoveries = 0, next_attempt_at = $3, updated_at = $3,
-		claimed_at = NULL, claimed_by = NULL, provider_message_id = NULL, blocks_group = false,
+		claimed_at = NULL, claimed_by = NULL, claim_token = NULL, provider_message_id = NULL, blocks_group = false,
 		sent_at = NULL, delivered_at = NULL, read_at = NULL,
 		sent_response = NULL, sent_started_at = NULL, sent_finished_at = NULL`
 	// The list's filters, the same in both of its parts.
@@ -640,7 +643,10 @@ func finishSQL(mask int, byTID, deleteSent bool) string {
 		n++
 		return fmt.Sprintf("$%d::%s", n, typ)
 	}
-	fence := `m.status = 'PROCESSING' AND m.claimed_by = $2 AND m.attempts = x.attempt`
+	// The claim token (NULL in x.tok for an outcome without one) tells this
+	// claim from an earlier or later one of the same owner and attempt.
+	fence := `m.status = 'PROCESSING' AND m.claimed_by = $2 AND m.attempts = x.attempt
+		AND m.claim_token::text IS NOT DISTINCT FROM x.tok`
 	// from returns the unnest of one kind's arrays (types, named cols) and
 	// the condition that finds the rows: by message ID, or with byTID by
 	// the tuple ID the claim returned (one more text[] array, x.tid), the
@@ -661,7 +667,7 @@ func finishSQL(mask int, byTID, deleteSent bool) string {
 	}
 	var ctes, attempts, applied []string
 	if mask&finishSent != 0 {
-		src := from("id, attempt, pmid, resp, started", "text[]", "int4[]", "text[]", "text[]", "timestamptz[]")
+		src := from("id, attempt, tok, pmid, resp, started", "text[]", "int4[]", "text[]", "text[]", "text[]", "timestamptz[]")
 		keep := ""
 		if deleteSent {
 			// Options.DeleteSentTopics: those messages are deleted (with
@@ -678,7 +684,7 @@ func finishSQL(mask int, byTID, deleteSent bool) string {
 		}
 		ctes = append(ctes, `s_up AS (
 	UPDATE {T} m SET status = 'SENT', provider_message_id = x.pmid,
-		sent_at = coalesce(m.sent_at, $1), updated_at = $1, claimed_at = NULL, claimed_by = NULL,
+		sent_at = coalesce(m.sent_at, $1), updated_at = $1, claimed_at = NULL, claimed_by = NULL, claim_token = NULL,
 		sent_response = CASE WHEN x.attempt = 1 AND m.recoveries = 0 THEN x.resp::json END,
 		sent_started_at = CASE WHEN x.attempt = 1 AND m.recoveries = 0 THEN x.started END,
 		sent_finished_at = CASE WHEN x.attempt = 1 AND m.recoveries = 0 THEN $1 END
@@ -695,8 +701,8 @@ func finishSQL(mask int, byTID, deleteSent bool) string {
 	if mask&finishRetry != 0 {
 		ctes = append(ctes, `r_up AS (
 	UPDATE {T} m SET status = 'PENDING', next_attempt_at = x.next, last_error_code = x.code,
-		last_error_message = x.msg, updated_at = $1, claimed_at = NULL, claimed_by = NULL
-	FROM `+from("id, attempt, next, code, msg, resp, started", "text[]", "int4[]", "timestamptz[]", "text[]", "text[]", "text[]", "timestamptz[]")+`
+		last_error_message = x.msg, updated_at = $1, claimed_at = NULL, claimed_by = NULL, claim_token = NULL
+	FROM `+from("id, attempt, tok, next, code, msg, resp, started", "text[]", "int4[]", "text[]", "timestamptz[]", "text[]", "text[]", "text[]", "timestamptz[]")+`
 	RETURNING m.id, m.tenant, x.attempt, 'RETRY'::text AS outcome, x.code, x.msg, x.resp, x.next, x.started
 )`)
 		attempts, applied = append(attempts, "SELECT * FROM r_up"), append(applied, "SELECT id FROM r_up")
@@ -704,10 +710,10 @@ func finishSQL(mask int, byTID, deleteSent bool) string {
 	if mask&finishDead != 0 {
 		ctes = append(ctes, `d_up AS (
 	UPDATE {T} m SET status = 'FAILED', last_error_code = x.code, last_error_message = x.msg,
-		updated_at = $1, claimed_at = NULL, claimed_by = NULL,
+		updated_at = $1, claimed_at = NULL, claimed_by = NULL, claim_token = NULL,
 		-- a dead letter that holds its group (never one of group '')
 		blocks_group = x.block AND m.grp <> ''
-	FROM `+from("id, attempt, code, msg, resp, started, block", "text[]", "int4[]", "text[]", "text[]", "text[]", "timestamptz[]", "bool[]")+`
+	FROM `+from("id, attempt, tok, code, msg, resp, started, block", "text[]", "int4[]", "text[]", "text[]", "text[]", "text[]", "timestamptz[]", "bool[]")+`
 	RETURNING m.id, m.tenant, x.attempt, 'FAILED'::text AS outcome, x.code, x.msg, x.resp, NULL::timestamptz AS next, x.started
 )`)
 		attempts, applied = append(attempts, "SELECT * FROM d_up"), append(applied, "SELECT id FROM d_up")
@@ -716,11 +722,11 @@ func finishSQL(mask int, byTID, deleteSent bool) string {
 	if mask&finishReleased != 0 {
 		ctes = append(ctes, `l_up AS (
 	UPDATE {T} m SET status = 'PENDING', attempts = m.attempts - 1, updated_at = $1,
-		claimed_at = NULL, claimed_by = NULL,
+		claimed_at = NULL, claimed_by = NULL, claim_token = NULL,
 		next_attempt_at = coalesce(x.next, m.next_attempt_at),
 		last_error_code = CASE WHEN x.haserr THEN x.code ELSE m.last_error_code END,
 		last_error_message = CASE WHEN x.haserr THEN x.msg ELSE m.last_error_message END
-	FROM `+from("id, attempt, next, haserr, code, msg", "text[]", "int4[]", "timestamptz[]", "bool[]", "text[]", "text[]")+`
+	FROM `+from("id, attempt, tok, next, haserr, code, msg", "text[]", "int4[]", "text[]", "timestamptz[]", "bool[]", "text[]", "text[]")+`
 	RETURNING m.id
 )`, `woke AS (
 	SELECT count(pg_notify($3, '')) AS n FROM (SELECT 1 FROM l_up LIMIT 1) x WHERE $3 <> ''
@@ -756,6 +762,7 @@ type msgRow struct {
 	m                                                   outbox.Message
 	claimedAt, sentAt, deliveredAt, readAt              *time.Time
 	claimedBy, providerID, errCode, errMsg, status, grp *string
+	claimToken                                          pgtype.UUID
 	headers                                             []byte
 	payload, payloadBytes                               []byte
 	blocks                                              *bool
@@ -766,7 +773,8 @@ func (r *msgRow) dest() []any {
 	return []any{&m.ID, &m.Seq, &m.Tenant, &m.Topic, &r.grp, &m.IdempotencyKey, &r.status,
 		&m.Attempts, &m.MaxAttempts, &m.NextAttemptAt, &m.CreatedAt, &m.UpdatedAt,
 		&r.claimedAt, &r.claimedBy, &r.providerID, &r.errCode, &r.errMsg,
-		&r.sentAt, &r.deliveredAt, &r.readAt, &r.headers, &r.payload, &r.blocks, &m.ContentType, &r.payloadBytes}
+		&r.sentAt, &r.deliveredAt, &r.readAt, &r.headers, &r.payload, &r.blocks, &m.ContentType, &r.payloadBytes,
+		&r.claimToken}
 }
 
 func (r *msgRow) message() (outbox.Message, error) {
@@ -775,6 +783,9 @@ func (r *msgRow) message() (outbox.Message, error) {
 	m.Status = outbox.Status(deref(r.status))
 	m.ClaimedAt = derefTime(r.claimedAt)
 	m.ClaimedBy = deref(r.claimedBy)
+	if r.claimToken.Valid {
+		m.ClaimToken = r.claimToken.String()
+	}
 	m.ProviderMessageID = deref(r.providerID)
 	if r.errCode != nil || r.errMsg != nil {
 		m.LastError = &outbox.ErrorInfo{Code: deref(r.errCode), Message: deref(r.errMsg)}

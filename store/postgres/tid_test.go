@@ -22,7 +22,7 @@ func TestOutcomeFindsMovedRows(t *testing.T) {
 	}
 	// ms[0]: renewed (moves; the renewal returns the new tuple ID).
 	if _, err := b.store.MessageExtendLease(b.ctx, outbox.MessageExtendLeaseParams{Owner: "p", Now: time.Now(),
-		Leases: []outbox.Lease{{ID: ms[0].ID, Attempt: 1}}}); err != nil {
+		Leases: []outbox.Lease{{ID: ms[0].ID, Attempt: 1, ClaimToken: ms[0].ClaimToken}}}); err != nil {
 		t.Fatal(err)
 	}
 	// ms[1], ms[2]: moved behind the store's back (its tuple IDs are stale).
@@ -48,7 +48,7 @@ func TestOutcomeFindsMovedRows(t *testing.T) {
 		if i == 2 {
 			kind = outbox.OutcomeReleased
 		}
-		p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: kind, ID: m.ID, Attempt: m.Attempts})
+		p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: kind, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 	}
 	res, err := b.store.MessageFinish(b.ctx, p)
 	if err != nil {
@@ -104,7 +104,7 @@ BEGIN RAISE EXCEPTION 'refused by the test'; END $$`)
 			`' AND OLD.status = 'PROCESSING') EXECUTE FUNCTION ` + b.pg.Name + `.refuse()`)
 		p := outbox.MessageFinishParams{Owner: "p", Now: time.Now()}
 		for _, m := range ms {
-			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: kind, ID: m.ID, Attempt: m.Attempts})
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: kind, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 		}
 		if _, err := b.store.MessageFinish(b.ctx, p); err == nil {
 			t.Fatal("the finish succeeded through the refusing trigger")
@@ -127,8 +127,10 @@ BEGIN RAISE EXCEPTION 'refused by the test'; END $$`)
 	}
 	// A remembered outcome does not outlive a new lease of its message: a
 	// release (which gives the attempt back) is remembered by a failed
-	// call, the message is claimed again with the same attempt number,
-	// and the same release of the new lease must be written.
+	// call, the message is claimed again with the same attempt number: the
+	// remembered release is neither reported applied nor written (its claim
+	// token is the earlier lease's), and a release of the new lease is
+	// written.
 	b.enqueue(msg("t", "", 3), msg("t", "", 4))
 	more := b.claim("p", 2)
 	if len(more) != 2 {
@@ -140,6 +142,15 @@ BEGIN RAISE EXCEPTION 'refused by the test'; END $$`)
 		t.Fatalf("claimed again %+v, want %s at attempt %d", again, more[0].ID, more[0].Attempts)
 	}
 	res, err = b.store.MessageFinish(b.ctx, outbox.MessageFinishParams{Owner: "p", Now: time.Now(), Outcomes: release.Outcomes[:1]})
+	if err != nil || len(res.LeaseLost) != 1 {
+		t.Fatalf("the earlier lease's release, retried: lost %v, %v; want it lost", res.LeaseLost, err)
+	}
+	if got, err := b.store.MessageGet(b.ctx, outbox.MessageGetParams{ID: more[0].ID}); err != nil || got.Status != outbox.StatusProcessing {
+		t.Fatalf("after the earlier lease's release: %v, %v; want PROCESSING (the new lease)", got.Status, err)
+	}
+	rel := release.Outcomes[0]
+	rel.ClaimToken = again[0].ClaimToken
+	res, err = b.store.MessageFinish(b.ctx, outbox.MessageFinishParams{Owner: "p", Now: time.Now(), Outcomes: []outbox.Outcome{rel}})
 	if err != nil || len(res.LeaseLost) != 0 {
 		t.Fatalf("release of the new lease: lost %v, %v", res.LeaseLost, err)
 	}

@@ -57,7 +57,7 @@ func TestWritePathPlans(t *testing.T) {
 			}
 			outcomes := make([]outbox.Outcome, len(ms))
 			for i, m := range ms {
-				outcomes[i] = outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts}
+				outcomes[i] = outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken}
 			}
 			hinted, tids, byID := s.tids.split("p", outcomes, map[string]struct{}{})
 			if len(byID) > 0 {
@@ -65,13 +65,14 @@ func TestWritePathPlans(t *testing.T) {
 			}
 			var ids []string
 			var att []int32
+			var toks []string
 			var pm, resp []*string
 			var started []*time.Time
 			for _, o := range hinted {
-				ids, att = append(ids, o.ID), append(att, int32(o.Attempt)) //nolint:gosec // small
+				ids, att, toks = append(ids, o.ID), append(att, int32(o.Attempt)), append(toks, o.ClaimToken) //nolint:gosec // small
 				pm, resp, started = append(pm, nil), append(resp, nil), append(started, nil)
 			}
-			args := []any{time.Now(), "p", "", ids, att, pm, resp, started, tids}
+			args := []any{time.Now(), "p", "", ids, att, toks, pm, resp, started, tids}
 			if del {
 				args = append(args, s.opts.DeleteSentTopics)
 			}
@@ -322,7 +323,7 @@ func TestOutcomeStatementPlanMode(t *testing.T) {
 					t.Fatalf("claim: %d messages, %v", len(ms), err)
 				}
 				res, err := s.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Now: time.Now(),
-					Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: ms[0].ID, Attempt: ms[0].Attempts}}})
+					Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: ms[0].ID, Attempt: ms[0].Attempts, ClaimToken: ms[0].ClaimToken}}})
 				if err != nil || len(res.LeaseLost) != 0 {
 					t.Fatalf("finish: %+v, %v", res, err)
 				}
@@ -362,7 +363,7 @@ func TestClaimPlanMode(t *testing.T) {
 		}
 		p := outbox.MessageFinishParams{Owner: "p", Now: time.Now()}
 		for _, m := range ms {
-			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts})
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 		}
 		if len(ms) > 0 {
 			if _, err := s.MessageFinish(ctx, p); err != nil {

@@ -13,8 +13,9 @@ const maxTIDs = 1 << 16
 // this store leased (claim, lease renewal), so that the outcome statement
 // finds the row directly instead of by a primary-key descent. An entry is
 // only a hint: the outcome statement still checks the message ID and the
-// lease (status, owner, attempt), and an outcome whose hint is missing or
-// stale (the row moved since) is written by ID (see MessageFinish).
+// lease (status, owner, attempt, claim token), and an outcome whose hint is
+// missing or stale (the row moved since) is written by ID (see
+// MessageFinish).
 type tidCache struct {
 	mu sync.Mutex
 	m  map[string]string
@@ -26,11 +27,12 @@ type tidCache struct {
 	written map[string]writtenOutcome
 }
 
-// writtenOutcome identifies an outcome: its lease (owner and attempt) and
-// its kind.
+// writtenOutcome identifies an outcome: its lease (owner, attempt and claim
+// token) and its kind.
 type writtenOutcome struct {
 	owner   string
 	attempt int
+	token   string
 	kind    outbox.OutcomeKind
 }
 
@@ -52,7 +54,7 @@ func (c *tidCache) wrote(owner string, o outbox.Outcome) {
 	if c.written == nil || len(c.written) >= maxTIDs {
 		c.written = make(map[string]writtenOutcome)
 	}
-	c.written[o.ID] = writtenOutcome{owner, o.Attempt, o.Kind}
+	c.written[o.ID] = writtenOutcome{owner, o.Attempt, o.ClaimToken, o.Kind}
 	c.mu.Unlock()
 }
 
@@ -64,7 +66,7 @@ func (c *tidCache) split(owner string, outcomes []outbox.Outcome, applied map[st
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, o := range outcomes {
-		if w, ok := c.written[o.ID]; ok && w == (writtenOutcome{owner, o.Attempt, o.Kind}) {
+		if w, ok := c.written[o.ID]; ok && w == (writtenOutcome{owner, o.Attempt, o.ClaimToken, o.Kind}) {
 			delete(c.written, o.ID) // by the failed call this one retries
 			applied[o.ID] = struct{}{}
 			continue

@@ -38,14 +38,15 @@ func TestClaimWindowFindsMessagesBehindItsStart(t *testing.T) {
 		return ms
 	}
 	start := time.Now()
-	if ms := claim(1); len(ms) != 1 || ms[0].ID != a1.ID { // from the start
-		t.Fatalf("first claim: %v, want a1", ms)
+	first := claim(1)
+	if len(first) != 1 || first[0].ID != a1.ID { // from the start
+		t.Fatalf("first claim: %v, want a1", first)
 	}
 	if ms := claim(1); len(ms) != 1 || ms[0].ID != b1.ID { // from a1; its first is b1
 		t.Fatalf("second claim: %v, want b1", ms)
 	}
 	if _, err := s.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Now: time.Now(), Outcomes: []outbox.Outcome{
-		{Kind: outbox.OutcomeReleased, Topic: "t", ID: a1.ID, Attempt: 1},
+		{Kind: outbox.OutcomeReleased, Topic: "t", ID: a1.ID, Attempt: 1, ClaimToken: first[0].ClaimToken},
 	}}); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ FROM generate_series(1, $1::int) AS i`, n); err != nil {
 		}
 		p := outbox.MessageFinishParams{Owner: "p", Now: time.Now()}
 		for _, m := range ms {
-			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts})
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 		}
 		if _, err := s.MessageFinish(ctx, p); err != nil {
 			t.Fatal(err)
@@ -146,7 +147,7 @@ FROM generate_series(1, $1::int) AS i`, n); err != nil {
 		last = ms[len(ms)-1].Seq
 		p := outbox.MessageFinishParams{Owner: "p", Now: time.Now()}
 		for _, m := range ms {
-			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts})
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 		}
 		if _, err := s.MessageFinish(ctx, p); err != nil {
 			t.Fatal(err)

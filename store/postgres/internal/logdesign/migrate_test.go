@@ -67,7 +67,7 @@ func TestMigrateKeepsEveryState(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s was not claimed", key)
 			}
-			o.ID, o.Topic, o.Attempt = m.ID, m.Topic, m.Attempts
+			o.ID, o.Topic, o.Attempt, o.ClaimToken = m.ID, m.Topic, m.Attempts, m.ClaimToken
 			p.Outcomes = append(p.Outcomes, o)
 		}
 		res, err := s.MessageFinish(ctx, p)

@@ -1,0 +1,2 @@
+ALTER TABLE {{schema}}.{{prefix}}messages
+    DROP COLUMN claim_token;
