@@ -13,7 +13,8 @@ const extendChunk = 500
 
 // MessageExtendLease implements outbox.LeaseExtender: in one write
 // transaction it reads which of p.Leases p.Owner still holds (status
-// PROCESSING, claimed_by = Owner, attempts = the lease's Attempt), locking
+// PROCESSING, claimed_by = Owner, attempts = the lease's Attempt,
+// claim_token = the lease's ClaimToken, NULL for ""), locking
 // them where the database locks rows, and sets their claimed_at to p.Now;
 // the IDs of the others are returned in LeaseLost.
 func (s *Store) MessageExtendLease(ctx context.Context, p outbox.MessageExtendLeaseParams) (outbox.ExtendLeaseResult, error) {
@@ -30,23 +31,24 @@ func (s *Store) MessageExtendLease(ctx context.Context, p outbox.MessageExtendLe
 		clear(held)
 		for start := 0; start < len(p.Leases); start += extendChunk {
 			part := p.Leases[start:min(start+extendChunk, len(p.Leases))]
-			want := make(map[string]int, len(part))
+			want := make(map[string]outbox.Lease, len(part))
 			args := []any{p.Owner}
 			for _, l := range part {
-				want[l.ID] = l.Attempt
+				want[l.ID] = l
 				args = append(args, l.ID)
 			}
 			var seqs []any
-			err := s.scanRows(ctx, q, `SELECT seq, id, attempts FROM `+s.messages+`
+			err := s.scanRows(ctx, q, `SELECT seq, id, attempts, claim_token FROM `+s.messages+`
 				WHERE status = 'PROCESSING' AND claimed_by = ? AND id IN (`+Placeholders(len(part))+`)`+s.d.ForUpdate,
 				args, func(rows *sql.Rows) error {
 					var seq int64
 					var id string
 					var attempts int
-					if err := rows.Scan(&seq, &id, &attempts); err != nil {
+					var token sql.NullString
+					if err := rows.Scan(&seq, &id, &attempts, &token); err != nil {
 						return err
 					}
-					if a, ok := want[id]; ok && a == attempts {
+					if l, ok := want[id]; ok && l.Attempt == attempts && l.ClaimToken == token.String {
 						held[id] = true
 						seqs = append(seqs, seq)
 					}

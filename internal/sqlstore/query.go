@@ -197,7 +197,7 @@ func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParam
 	}
 	now := s.d.Time(s.now(p.Now))
 	return s.transition(ctx, p.Tenant, p.ID, outbox.EventRequeue,
-		`status = 'PENDING', attempts = 0, recoveries = 0, next_attempt_at = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL, blocks_group = 0`,
+		`status = 'PENDING', attempts = 0, recoveries = 0, next_attempt_at = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL, blocks_group = 0`,
 		now, now)
 }
 

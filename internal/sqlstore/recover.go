@@ -84,7 +84,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 					continue
 				}
 				if _, err := q.ExecContext(ctx, `UPDATE `+s.messages+` SET status = 'FAILED', `+uncharge+`, last_error_code = ?,
-					last_error_message = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL, blocks_group = ?
+					last_error_message = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL, blocks_group = ?
 					WHERE seq IN (`+Placeholders(len(seqs))+`)`,
 					append([]any{LeaseExpiredCode, leaseExpiredMsg, nowT, i == 1}, seqs...)...); err != nil {
 					return err
@@ -93,7 +93,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 			if len(back) > 0 {
 				if _, err := q.ExecContext(ctx, `UPDATE `+s.messages+` SET status = 'PENDING', `+uncharge+`, last_error_code = ?,
 					last_error_message = ?, next_attempt_at = `+s.d.Earliest("next_attempt_at")+`,
-					updated_at = ?, claimed_at = NULL, claimed_by = NULL
+					updated_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL
 					WHERE seq IN (`+Placeholders(len(back))+`)`,
 					append([]any{LeaseExpiredCode, leaseExpiredMsg, nowT, nowT}, back...)...); err != nil {
 					return err

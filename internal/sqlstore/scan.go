@@ -16,7 +16,7 @@ import (
 // ScanMessage reads.
 const MessageCols = `seq, id, tenant, topic, grp, idempotency_key, payload, headers, status,
 	attempts, max_attempts, next_attempt_at, provider_message_id, last_error_code, last_error_message,
-	created_at, updated_at, claimed_at, claimed_by, sent_at, delivered_at, read_at, blocks_group, content_type`
+	created_at, updated_at, claimed_at, claimed_by, sent_at, delivered_at, read_at, blocks_group, content_type, claim_token`
 
 // AttemptCols is the attempt table's column list, in the order ScanAttempt
 // reads and AttemptRows writes.
@@ -76,13 +76,13 @@ func ScanMessage(r RowScanner) (outbox.Message, error) {
 	var (
 		m                                                       outbox.Message
 		payload, headers                                        []byte
-		provider, errCode, errMsg, claimBy                      sql.NullString
+		provider, errCode, errMsg, claimBy, claimToken          sql.NullString
 		status                                                  string
 		next, created, updated, claimedAt, sentAt, deliv, readA Time
 	)
 	err := r.Scan(&m.Seq, &m.ID, &m.Tenant, &m.Topic, &m.Group, &m.IdempotencyKey, &payload, &headers, &status,
 		&m.Attempts, &m.MaxAttempts, &next, &provider, &errCode, &errMsg,
-		&created, &updated, &claimedAt, &claimBy, &sentAt, &deliv, &readA, &m.BlocksGroup, &m.ContentType)
+		&created, &updated, &claimedAt, &claimBy, &sentAt, &deliv, &readA, &m.BlocksGroup, &m.ContentType, &claimToken)
 	if err != nil {
 		return outbox.Message{}, err
 	}
@@ -99,7 +99,7 @@ func ScanMessage(r RowScanner) (outbox.Message, error) {
 		m.LastError = &outbox.ErrorInfo{Code: errCode.String, Message: errMsg.String}
 	}
 	m.CreatedAt, m.UpdatedAt = created.T, updated.T
-	m.ClaimedAt, m.ClaimedBy = claimedAt.T, claimBy.String
+	m.ClaimedAt, m.ClaimedBy, m.ClaimToken = claimedAt.T, claimBy.String, claimToken.String
 	m.SentAt, m.DeliveredAt, m.ReadAt = sentAt.T, deliv.T, readA.T
 	return m, nil
 }

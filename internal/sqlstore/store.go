@@ -299,8 +299,9 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 // MessageFinish implements outbox.Store: it checks p, then records the
 // batch of outcomes with the store's finish, in one transaction. Every
 // outcome is fenced by the lease (status PROCESSING, ClaimedBy = p.Owner,
-// Attempts = the outcome's Attempt); one whose lease was lost changes
-// nothing and its ID is returned in LeaseLost. Sent, retry and dead
+// Attempts = the outcome's Attempt, claim_token = the outcome's ClaimToken,
+// NULL for ""); one whose lease was lost changes nothing and its ID is
+// returned in LeaseLost. Sent, retry and dead
 // outcomes add a row to the attempt history; a release does not (the
 // attempt is not counted). A release with NextAttemptAt is a deferral: the
 // message is due again at that time, with LastError set from its Error; a

@@ -89,15 +89,16 @@ func (s *Store) claimTx(ctx context.Context, tx sqlstore.Querier, p outbox.Messa
 	// Cutting the merged list at Limit keeps a prefix of every group's run.
 	seqs = seqs[:min(len(seqs), p.Limit)]
 	in := sqlstore.Placeholders(len(seqs))
-	args = []any{nowS, p.Owner, nowS}
+	// One token for the claim: each message is claimed once in it.
+	args = []any{nowS, p.Owner, nowS, outbox.NewClaimToken()}
 	for _, q := range seqs {
 		args = append(args, q)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE `+m+` SET status = 'PROCESSING', attempts = attempts + 1,
-		claimed_at = ?, claimed_by = ?, updated_at = ? WHERE seq IN (`+in+`)`, args...); err != nil {
+		claimed_at = ?, claimed_by = ?, updated_at = ?, claim_token = ? WHERE seq IN (`+in+`)`, args...); err != nil {
 		return nil, err
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT `+sqlstore.MessageCols+` FROM `+m+` WHERE seq IN (`+in+`) ORDER BY seq`, args[3:]...)
+	rows, err := tx.QueryContext(ctx, `SELECT `+sqlstore.MessageCols+` FROM `+m+` WHERE seq IN (`+in+`) ORDER BY seq`, args[4:]...)
 	if err != nil {
 		return nil, err
 	}

@@ -16,10 +16,14 @@ import (
 // CASE), and one INSERT of the attempt rows.
 func (s *Store) finish(ctx context.Context, p outbox.MessageFinishParams, now time.Time) (outbox.FinishResult, int, error) {
 	var res outbox.FinishResult
-	want := make(map[string]int, len(p.Outcomes)) // id -> attempt
+	type lease struct {
+		attempt int
+		token   string
+	}
+	want := make(map[string]lease, len(p.Outcomes)) // id -> the outcome's lease
 	order := make([]string, 0, len(p.Outcomes))
 	for _, o := range p.Outcomes {
-		want[o.ID] = o.Attempt
+		want[o.ID] = lease{o.Attempt, o.ClaimToken}
 		order = append(order, o.ID)
 	}
 	nowS := ts(now)
@@ -40,10 +44,10 @@ func (s *Store) finish(ctx context.Context, p outbox.MessageFinishParams, now ti
 		}
 		// Only the batch's rows are locked, through the id index, in id
 		// order: concurrent finishers never lock rows they do not name, so
-		// they do not deadlock. Status and owner are checked here, not in
-		// the WHERE clause, which could lead the optimizer to scan (and
-		// lock) every PROCESSING row.
-		rows, err := tx.QueryContext(ctx, `SELECT seq, id, tenant, attempts, status, claimed_by
+		// they do not deadlock. Status, owner, attempt and claim token are
+		// checked here, not in the WHERE clause, which could lead the
+		// optimizer to scan (and lock) every PROCESSING row.
+		rows, err := tx.QueryContext(ctx, `SELECT seq, id, tenant, attempts, status, claimed_by, claim_token
 			FROM `+m+` FORCE INDEX (`+s.env.Prefix+`messages_id)
 			WHERE id IN (`+sqlstore.Placeholders(len(order))+`) ORDER BY id FOR UPDATE`, args[1:]...)
 		if err != nil {
@@ -53,14 +57,16 @@ func (s *Store) finish(ctx context.Context, p outbox.MessageFinishParams, now ti
 		seqOf := make(map[string]int64, len(order))
 		for rows.Next() {
 			var id, tenant, status string
-			var owner sql.NullString
+			var owner, token sql.NullString
 			var seq int64
 			var attempts int
-			if err := rows.Scan(&seq, &id, &tenant, &attempts, &status, &owner); err != nil {
+			if err := rows.Scan(&seq, &id, &tenant, &attempts, &status, &owner, &token); err != nil {
 				rows.Close()
 				return err
 			}
-			if status == string(outbox.StatusProcessing) && owner.String == p.Owner && want[id] == attempts {
+			// A NULL token (a lease taken before tokens) matches an
+			// outcome without one.
+			if status == string(outbox.StatusProcessing) && owner.String == p.Owner && want[id] == (lease{attempts, token.String}) {
 				held[id] = tenant
 				seqOf[id] = seq
 			}
@@ -111,24 +117,24 @@ func (s *Store) finish(ctx context.Context, p outbox.MessageFinishParams, now ti
 			att.AddOutcome(o, tenant, next, started(o.StartedAt), now)
 		}
 		if err := sent.exec(ctx, tx, m, `status = 'SENT', provider_message_id = {0}, sent_at = ?, updated_at = ?,
-			claimed_at = NULL, claimed_by = NULL`, nowS, nowS); err != nil {
+			claimed_at = NULL, claimed_by = NULL, claim_token = NULL`, nowS, nowS); err != nil {
 			return err
 		}
 		if err := retry.exec(ctx, tx, m, `status = 'PENDING', next_attempt_at = {0}, last_error_code = {1},
-			last_error_message = {2}, updated_at = ?, claimed_at = NULL, claimed_by = NULL`, nowS); err != nil {
+			last_error_message = {2}, updated_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL`, nowS); err != nil {
 			return err
 		}
 		// A dead letter recorded with BlockGroup holds its group (never one
 		// of group "": there is no group to hold).
 		if err := dead.exec(ctx, tx, m, `status = 'FAILED', last_error_code = {0}, last_error_message = {1},
-			updated_at = ?, claimed_at = NULL, claimed_by = NULL, blocks_group = ({2} AND grp <> '')`, nowS); err != nil {
+			updated_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL, blocks_group = ({2} AND grp <> '')`, nowS); err != nil {
 			return err
 		}
 		if err := rel.exec(ctx, tx, m, `status = 'PENDING', attempts = attempts - 1, updated_at = ?,
 			next_attempt_at = COALESCE({0}, next_attempt_at),
 			last_error_code = CASE WHEN {1} IS NULL THEN last_error_code ELSE {1} END,
 			last_error_message = CASE WHEN {1} IS NULL THEN last_error_message ELSE {2} END,
-			claimed_at = NULL, claimed_by = NULL`, nowS); err != nil {
+			claimed_at = NULL, claimed_by = NULL, claim_token = NULL`, nowS); err != nil {
 			return err
 		}
 		return att.Exec(ctx, tx, s.q.attempts)

@@ -62,7 +62,8 @@ func (s *Store) claim(ctx context.Context, p outbox.MessageClaimParams, now time
 		// Cutting the merged list at Limit keeps a prefix of every group.
 		seqs = seqs[:min(len(seqs), p.Limit)]
 		list, _ := json.Marshal(seqs)
-		rows, err := q.QueryContext(ctx, s.q.claimUpdate, nowUS, p.Owner, nowUS, string(list))
+		// One token for the claim: each message is claimed once in it.
+		rows, err := q.QueryContext(ctx, s.q.claimUpdate, nowUS, p.Owner, nowUS, outbox.NewClaimToken(), string(list))
 		if err != nil {
 			return err
 		}

@@ -75,7 +75,7 @@ func (s *Store) finish(ctx context.Context, p outbox.MessageFinishParams, now ti
 				}
 				query, args = s.q.release, []any{nowUS, nextV, code, msg}
 			}
-			tenant, ok, err := fenced(o.ID, query, append(args, o.ID, p.Owner, o.Attempt)...)
+			tenant, ok, err := fenced(o.ID, query, append(args, o.ID, p.Owner, o.Attempt, sqlstore.NullString(o.ClaimToken))...)
 			if err != nil {
 				return err
 			}

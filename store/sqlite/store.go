@@ -334,24 +334,25 @@ func newQueries(prefix string) queries {
 		WHERE tenant = ? AND topic = ? AND grp = ? AND (status IN ('PENDING', 'PROCESSING') OR blocks_group = 1)
 		ORDER BY seq LIMIT ? OFFSET ?`
 	q.claimUpdate = `UPDATE ` + m + ` SET status = 'PROCESSING', attempts = attempts + 1,
-		claimed_at = ?, claimed_by = ?, updated_at = ?
+		claimed_at = ?, claimed_by = ?, updated_at = ?, claim_token = ?
 		WHERE seq IN (SELECT value FROM json_each(?)) AND status = 'PENDING'
 		RETURNING ` + sqlstore.MessageCols
 
-	fence := ` WHERE id = ? AND status = 'PROCESSING' AND claimed_by = ? AND attempts = ?`
+	// IS: a NULL token (an outcome without one) matches a lease without one.
+	fence := ` WHERE id = ? AND status = 'PROCESSING' AND claimed_by = ? AND attempts = ? AND claim_token IS ?`
 	q.sent = `UPDATE ` + m + ` SET status = 'SENT', provider_message_id = ?, sent_at = ?, updated_at = ?,
-		claimed_at = NULL, claimed_by = NULL` + fence + ` RETURNING tenant`
+		claimed_at = NULL, claimed_by = NULL, claim_token = NULL` + fence + ` RETURNING tenant`
 	q.retry = `UPDATE ` + m + ` SET status = 'PENDING', next_attempt_at = ?, last_error_code = ?,
-		last_error_message = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL` + fence + ` RETURNING tenant`
+		last_error_message = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL` + fence + ` RETURNING tenant`
 	// A dead letter recorded with BlockGroup holds its group (never one of
 	// group "": there is no group to hold).
 	q.dead = `UPDATE ` + m + ` SET status = 'FAILED', last_error_code = ?, last_error_message = ?,
-		updated_at = ?, claimed_at = NULL, claimed_by = NULL, blocks_group = (? AND grp <> '')` + fence + ` RETURNING tenant`
+		updated_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL, blocks_group = (? AND grp <> '')` + fence + ` RETURNING tenant`
 	// A release with a due time is a deferral (quota, throttle): the new due
 	// time and the reason are kept; a plain release keeps both as they were.
 	q.release = `UPDATE ` + m + ` SET status = 'PENDING', attempts = attempts - 1, updated_at = ?,
 		next_attempt_at = COALESCE(?, next_attempt_at),
 		last_error_code = COALESCE(?, last_error_code), last_error_message = COALESCE(?, last_error_message),
-		claimed_at = NULL, claimed_by = NULL` + fence + ` RETURNING tenant`
+		claimed_at = NULL, claimed_by = NULL, claim_token = NULL` + fence + ` RETURNING tenant`
 	return q
 }

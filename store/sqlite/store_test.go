@@ -221,7 +221,7 @@ func TestWakeups(t *testing.T) {
 		t.Fatalf("claim: %v, %v", c, err)
 	}
 	_ = signalled(ch)
-	if _, err := st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: c[0].ID, Attempt: 1}}}); err != nil {
+	if _, err := st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: c[0].ID, Attempt: 1, ClaimToken: c[0].ClaimToken}}}); err != nil {
 		t.Fatal(err)
 	}
 	if !signalled(ch) {
@@ -378,7 +378,7 @@ func TestClaimSpreadsOverGroupsAndFillsFromDeepOnes(t *testing.T) {
 	var rel []outbox.Outcome
 	for _, m := range got {
 		if m.Group != "a" {
-			rel = append(rel, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts})
+			rel = append(rel, outbox.Outcome{Kind: outbox.OutcomeReleased, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 		}
 	}
 	if _, err := st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Outcomes: rel}); err != nil {

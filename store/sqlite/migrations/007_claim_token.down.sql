@@ -1,0 +1,2 @@
+ALTER TABLE {{prefix}}messages
+    DROP COLUMN claim_token;
