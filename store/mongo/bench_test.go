@@ -93,7 +93,7 @@ func BenchmarkClaimFinishRoundTrips(b *testing.B) {
 			for from := 0; from < len(got); from += 100 {
 				var outs []outbox.Outcome
 				for _, m := range got[from:min(from+100, len(got))] {
-					outs = append(outs, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ProviderMessageID: "p-" + m.ID})
+					outs = append(outs, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken, ProviderMessageID: "p-" + m.ID})
 				}
 				res, err := s.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "o", Now: time.Now(), Outcomes: outs})
 				if err != nil || len(res.LeaseLost) > 0 {

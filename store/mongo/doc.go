@@ -56,8 +56,8 @@
 // group lock, so a claim never sees a later message of a group before an
 // earlier one; inside a transaction the single sequence counter document
 // serialises enqueuing transactions, so a group's order is its commit
-// order. Outcomes are fenced by the lease (PROCESSING, owner, attempt) and
-// written in one bulk write; when some did not apply, the ones that did are
+// order. Outcomes are fenced by the lease (PROCESSING, owner, attempt, and
+// the claim's op as its claim token) and written in one bulk write; when some did not apply, the ones that did are
 // read back by a token they set. A lock whose holder died expires after
 // Options.LockTTL.
 //

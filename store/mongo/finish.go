@@ -107,11 +107,17 @@ func (s *Store) applyOutcomes(ctx context.Context, outs []outcome) (map[string]s
 }
 
 // fence is the condition of an outcome or a lease extension besides the
-// message's _id: the lease (PROCESSING, owner, attempt).
-func fence(owner string, attempt int) bson.D {
+// message's _id: the lease (PROCESSING, owner, attempt, claim token). The
+// claim token is the claim's op (see msgDoc.Op); "" matches a lease
+// without one (null or missing).
+func fence(owner string, attempt int, token string) bson.D {
+	var op any
+	if token != "" {
+		op = token
+	}
 	return bson.D{
 		{Key: "status", Value: string(outbox.StatusProcessing)},
-		{Key: "claimed_by", Value: owner}, {Key: "attempts", Value: attempt},
+		{Key: "claimed_by", Value: owner}, {Key: "attempts", Value: attempt}, {Key: "op", Value: op},
 	}
 }
 
@@ -119,7 +125,8 @@ func respText(r json.RawMessage) string { return string(r) }
 
 // MessageFinish implements outbox.Store: the outcomes are written with one
 // unordered bulk write, each update fenced by the lease (PROCESSING,
-// ClaimedBy = Owner, Attempts = Attempt; see updateFenced); when some did
+// ClaimedBy = Owner, Attempts = Attempt, op = ClaimToken; see
+// updateFenced); when some did
 // not match, the applied ones are read back by the token the write set.
 // Their attempts are added to the history in one more write. An outcome whose lease was lost changes nothing and its ID is
 // returned in LeaseLost. It waits for the lease extensions of p.Owner
@@ -142,7 +149,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	}
 	outs := make([]outcome, 0, len(p.Outcomes))
 	for _, o := range p.Outcomes {
-		out := outcome{filter: fence(p.Owner, o.Attempt), id: o.ID}
+		out := outcome{filter: fence(p.Owner, o.Attempt, o.ClaimToken), id: o.ID}
 		var set bson.D
 		var next time.Time
 		switch o.Kind {
@@ -231,7 +238,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	var outs []outcome
 	dead := map[string]bool{}
 	for _, d := range expired {
-		filter := fence(d.ClaimedBy, d.Attempts)
+		filter := fence(d.ClaimedBy, d.Attempts, d.Op)
 		filter = append(filter, bson.E{Key: "claimed_at", Value: tv(d.ClaimedAt)})
 		a := &attemptDoc{MsgID: d.ID, N: d.Attempts, Error: e, StartedAt: tv(d.ClaimedAt), FinishedAt: now}
 		// The lost attempt is not counted; the recovery is.

@@ -14,7 +14,8 @@ var _ outbox.LeaseExtender = (*Store)(nil)
 
 // MessageExtendLease implements outbox.LeaseExtender: one unordered bulk
 // write (see updateFenced) sets claimed_at to p.Now on every message p.Owner still holds
-// (status PROCESSING, claimed_by = Owner, attempts = the lease's Attempt),
+// (status PROCESSING, claimed_by = Owner, attempts = the lease's Attempt,
+// op = the lease's ClaimToken),
 // each update fenced like an outcome, and marks it with a token of this
 // call; when some did not match, the marked ones are read back. The IDs of
 // the others are returned in LeaseLost. It waits for the outcomes of
@@ -37,7 +38,7 @@ func (s *Store) MessageExtendLease(ctx context.Context, p outbox.MessageExtendLe
 	ups := make([]fenced, len(p.Leases))
 	ids := make(bson.A, len(p.Leases))
 	for i, l := range p.Leases {
-		ups[i] = fenced{id: l.ID, filter: fence(p.Owner, l.Attempt),
+		ups[i] = fenced{id: l.ID, filter: fence(p.Owner, l.Attempt, l.ClaimToken),
 			update: bson.D{{Key: "$set", Value: bson.D{{Key: "claimed_at", Value: now}, {Key: "hop", Value: op}}}}}
 		ids[i] = l.ID
 	}

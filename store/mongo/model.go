@@ -45,7 +45,10 @@ type msgDoc struct {
 	ReadAt      *time.Time `bson:"read_at,omitempty"`
 	// Op and FinishOp are the tokens of the last claim and the last
 	// outcome that wrote the document: a bulk write reads them back to
-	// learn which of its updates applied.
+	// learn which of its updates applied. Op, new for each claim, is also
+	// the message's ClaimToken while it is PROCESSING (it stays on the
+	// document afterwards, where the fence, which wants PROCESSING, no
+	// longer matches it).
 	Op       string `bson:"op,omitempty"`
 	FinishOp string `bson:"fop,omitempty"`
 }
@@ -135,6 +138,9 @@ func (d *msgDoc) message() outbox.Message {
 		LastError: d.LastError.info(), CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(),
 		ClaimedAt: tv(d.ClaimedAt), ClaimedBy: d.ClaimedBy,
 		SentAt: tv(d.SentAt), DeliveredAt: tv(d.DeliveredAt), ReadAt: tv(d.ReadAt), BlocksGroup: d.Blocks,
+	}
+	if m.Status == outbox.StatusProcessing {
+		m.ClaimToken = d.Op
 	}
 	if m.IsJSON() {
 		m.Payload = []byte(d.Payload)

@@ -69,8 +69,8 @@ func TestConcurrentOutcomesDoNotStallTheServer(t *testing.T) {
 			leases := make([]outbox.Lease, per)
 			outs := make([]outbox.Outcome, per)
 			for j, m := range claims[i] {
-				leases[j] = outbox.Lease{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts}
-				outs[j] = outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts}
+				leases[j] = outbox.Lease{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken}
+				outs[j] = outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken}
 			}
 			owner := fmt.Sprint("o", i)
 			for range 2 {
@@ -129,9 +129,9 @@ func TestHeartbeatDoesNotUndoAnOutcome(t *testing.T) {
 		leases := make([]outbox.Lease, n)
 		outs := make([]outbox.Outcome, n)
 		for j, m := range got {
-			leases[j] = outbox.Lease{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts}
+			leases[j] = outbox.Lease{Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken}
 			// Released: the messages come back for the next round.
-			outs[j] = outbox.Outcome{Kind: outbox.OutcomeReleased, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts}
+			outs[j] = outbox.Outcome{Kind: outbox.OutcomeReleased, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken}
 		}
 		var wg sync.WaitGroup
 		var extErr, finErr error
