@@ -136,7 +136,7 @@ func sentMessages(t *testing.T, st *sqlite.Store, tenant, prefix string, n int) 
 			continue
 		}
 		wamid := fmt.Sprintf("%s%d", prefix, len(out))
-		sent = append(sent, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ProviderMessageID: wamid, StartedAt: now})
+		sent = append(sent, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken, ProviderMessageID: wamid, StartedAt: now})
 		m.ProviderMessageID = wamid
 		out = append(out, m)
 	}
@@ -605,7 +605,7 @@ func TestWebhookReceiptBeforeSentIsRedelivered(t *testing.T) {
 
 	// the processor records SENT with the wamid; Meta's redelivery applies
 	if _, err := b.store.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "proc", Now: time.Now(),
-		Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ProviderMessageID: "wamid.EARLY", StartedAt: time.Now()}}}); err != nil {
+		Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken, ProviderMessageID: "wamid.EARLY", StartedAt: time.Now()}}}); err != nil {
 		t.Fatal(err)
 	}
 	if w := post(b.hook, body, Sign(body, testSecret)); w.Code != http.StatusOK {

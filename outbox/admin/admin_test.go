@@ -77,7 +77,7 @@ func newFixture(t *testing.T) *fixture {
 		if m.Topic == "sms" {
 			code = "quota"
 		}
-		fin.Outcomes = append(fin.Outcomes, outbox.Outcome{Kind: outbox.OutcomeDead, ID: m.ID, Attempt: m.Attempts, Error: &outbox.ErrorInfo{Code: code, Message: "refused by the provider"}, StartedAt: time.Now()})
+		fin.Outcomes = append(fin.Outcomes, outbox.Outcome{Kind: outbox.OutcomeDead, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken, Error: &outbox.ErrorInfo{Code: code, Message: "refused by the provider"}, StartedAt: time.Now()})
 	}
 	if _, err := st.MessageFinish(ctx, fin); err != nil {
 		t.Fatal(err)

@@ -276,7 +276,7 @@ func (f *fixture) blockingDeadLetter(tenant, topic, group string) (holding, next
 		f.t.Fatalf("claim: %d, %v", len(claimed), err)
 	}
 	_, err = f.store.MessageFinish(f.ctx, outbox.MessageFinishParams{Owner: "blocker", Now: time.Now(), Outcomes: []outbox.Outcome{{
-		Kind: outbox.OutcomeDead, ID: holding.ID, Topic: topic, Attempt: claimed[0].Attempts, BlockGroup: true,
+		Kind: outbox.OutcomeDead, ID: holding.ID, Topic: topic, Attempt: claimed[0].Attempts, ClaimToken: claimed[0].ClaimToken, BlockGroup: true,
 		Error: &outbox.ErrorInfo{Code: "http_400", Message: "refused by the provider"}, StartedAt: time.Now(),
 	}}})
 	if err != nil {

@@ -132,7 +132,7 @@ func (f *fixture) deadLetters(n int, topic, code string) []outbox.Message {
 	}
 	fin := outbox.MessageFinishParams{Owner: "seed", Now: time.Now()}
 	for _, m := range claimed {
-		fin.Outcomes = append(fin.Outcomes, outbox.Outcome{Kind: outbox.OutcomeDead, ID: m.ID, Topic: topic, Attempt: m.Attempts,
+		fin.Outcomes = append(fin.Outcomes, outbox.Outcome{Kind: outbox.OutcomeDead, ID: m.ID, Topic: topic, Attempt: m.Attempts, ClaimToken: m.ClaimToken,
 			Error: &outbox.ErrorInfo{Code: code, Message: "refused"}, StartedAt: time.Now()})
 	}
 	if _, err := f.store.MessageFinish(f.ctx, fin); err != nil {

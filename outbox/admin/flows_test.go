@@ -65,14 +65,14 @@ func seedConsole(t *testing.T, ctx context.Context, st adminStore, enqueue func(
 	s.sent = enqueue(outbox.Message{Tenant: "T1", Topic: "mail", IdempotencyKey: "order-7-mail", Payload: json.RawMessage(`{"to":"ana"}`),
 		Headers: map[string]string{"traceparent": "00-" + traceID + "-00f067aa0ba902b7-01"}})[0]
 	c := claim("seed", "mail")
-	finish("seed", outbox.Outcome{Kind: outbox.OutcomeSent, ID: c[0].ID, Topic: "mail", Attempt: c[0].Attempts, ProviderMessageID: "wamid.PROVIDER42", StartedAt: time.Now()})
+	finish("seed", outbox.Outcome{Kind: outbox.OutcomeSent, ID: c[0].ID, Topic: "mail", Attempt: c[0].Attempts, ClaimToken: c[0].ClaimToken, ProviderMessageID: "wamid.PROVIDER42", StartedAt: time.Now()})
 	s.dead = enqueue(
 		outbox.Message{Tenant: "T1", Topic: "mail", Payload: json.RawMessage(`{"d":1}`)},
 		outbox.Message{Tenant: "T1", Topic: "mail", Payload: json.RawMessage(`{"d":2}`)},
 		outbox.Message{Tenant: "T1", Topic: "mail", Payload: json.RawMessage(`{"d":3}`)})
 	var outs []outbox.Outcome
 	for _, m := range claim("seed", "mail") {
-		outs = append(outs, outbox.Outcome{Kind: outbox.OutcomeDead, ID: m.ID, Topic: "mail", Attempt: m.Attempts, Error: &outbox.ErrorInfo{Code: "rejected", Message: "bad address"}, StartedAt: time.Now()})
+		outs = append(outs, outbox.Outcome{Kind: outbox.OutcomeDead, ID: m.ID, Topic: "mail", Attempt: m.Attempts, ClaimToken: m.ClaimToken, Error: &outbox.ErrorInfo{Code: "rejected", Message: "bad address"}, StartedAt: time.Now()})
 	}
 	finish("seed", outs...)
 	s.retrying = enqueue(outbox.Message{Topic: "sms", Group: "gr", Payload: json.RawMessage(`{}`)})[0]
@@ -86,10 +86,10 @@ func seedConsole(t *testing.T, ctx context.Context, st adminStore, enqueue func(
 	}
 	for _, m := range c {
 		if m.ID == s.retrying.ID {
-			finish("seed", outbox.Outcome{Kind: outbox.OutcomeRetry, ID: m.ID, Topic: "sms", Attempt: m.Attempts, NextAttemptAt: time.Now().Add(time.Hour),
+			finish("seed", outbox.Outcome{Kind: outbox.OutcomeRetry, ID: m.ID, Topic: "sms", Attempt: m.Attempts, ClaimToken: m.ClaimToken, NextAttemptAt: time.Now().Add(time.Hour),
 				Error: &outbox.ErrorInfo{Code: "throttled", Message: "later"}, StartedAt: time.Now()})
 		} else {
-			finish("seed", outbox.Outcome{Kind: outbox.OutcomeDead, ID: m.ID, Topic: "sms", Attempt: m.Attempts, BlockGroup: true,
+			finish("seed", outbox.Outcome{Kind: outbox.OutcomeDead, ID: m.ID, Topic: "sms", Attempt: m.Attempts, ClaimToken: m.ClaimToken, BlockGroup: true,
 				Error: &outbox.ErrorInfo{Code: "invalid", Message: "refused"}, StartedAt: time.Now()})
 		}
 	}

@@ -167,7 +167,7 @@ func seed(t *testing.T, st outbox.Store, pairs ...string) map[string]string {
 	}
 	fin := outbox.MessageFinishParams{Owner: "seed", Now: time.Now()}
 	for _, m := range claimed {
-		o := outbox.Outcome{ID: m.ID, Attempt: m.Attempts, StartedAt: time.Now()}
+		o := outbox.Outcome{ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken, StartedAt: time.Now()}
 		switch want[m.ID] {
 		case outbox.StatusSent:
 			o.Kind = outbox.OutcomeSent

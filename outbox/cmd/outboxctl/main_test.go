@@ -233,7 +233,7 @@ func operatorSession(t *testing.T, url string, st outbox.Store, enqueue func(con
 	}
 	fin := outbox.MessageFinishParams{Owner: "o", Now: time.Now()}
 	for _, m := range claimed {
-		fin.Outcomes = append(fin.Outcomes, outbox.Outcome{Kind: outbox.OutcomeDead, ID: m.ID, Attempt: m.Attempts, Error: &outbox.ErrorInfo{Code: "http_400", Message: "bad request"}, StartedAt: time.Now()})
+		fin.Outcomes = append(fin.Outcomes, outbox.Outcome{Kind: outbox.OutcomeDead, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken, Error: &outbox.ErrorInfo{Code: "http_400", Message: "bad request"}, StartedAt: time.Now()})
 	}
 	if _, err := st.MessageFinish(ctx, fin); err != nil {
 		t.Fatal(err)
@@ -293,7 +293,7 @@ func operatorSession(t *testing.T, url string, st outbox.Store, enqueue func(con
 	claimed, _ = st.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "o2", Now: time.Now()})
 	fin = outbox.MessageFinishParams{Owner: "o2", Now: time.Now()}
 	for _, m := range claimed {
-		fin.Outcomes = append(fin.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, StartedAt: time.Now()})
+		fin.Outcomes = append(fin.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken, StartedAt: time.Now()})
 	}
 	if _, err := st.MessageFinish(ctx, fin); err != nil {
 		t.Fatal(err)
