@@ -118,7 +118,7 @@ func TestRoundTripsPerDocument(t *testing.T) {
 		for start := 0; start < len(msgs); start += 100 {
 			var outcomes []outbox.Outcome
 			for _, msg := range msgs[start:min(start+100, len(msgs))] {
-				outcomes = append(outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: msg.Topic, ID: msg.ID, Attempt: msg.Attempts})
+				outcomes = append(outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: msg.Topic, ID: msg.ID, Attempt: msg.Attempts, ClaimToken: msg.ClaimToken})
 			}
 			res, err := st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Now: time.Now(), Outcomes: outcomes})
 			if err != nil || len(res.LeaseLost) > 0 {

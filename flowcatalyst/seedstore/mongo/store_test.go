@@ -113,7 +113,7 @@ func TestLateDocumentsWaitForTheirGroupInFlight(t *testing.T) {
 		t.Fatalf("claimed %v while A of the same group is in flight", got)
 	}
 	res, err := b.Store.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: "p1", Now: time.Now(),
-		Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, Topic: first[0].Topic, ID: "A", Attempt: first[0].Attempts}}})
+		Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, Topic: first[0].Topic, ID: "A", Attempt: first[0].Attempts, ClaimToken: first[0].ClaimToken}}})
 	if err != nil || len(res.LeaseLost) > 0 {
 		t.Fatalf("finish: %v, lost %v", err, res.LeaseLost)
 	}
@@ -168,7 +168,7 @@ func TestFinishReportsLostLeases(t *testing.T) {
 	}
 	var outcomes []outbox.Outcome
 	for _, m := range msgs {
-		outcomes = append(outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts})
+		outcomes = append(outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 	}
 	res, err := b.Store.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: "p1", Now: time.Now(), Outcomes: outcomes})
 	if err != nil {

@@ -62,7 +62,7 @@ func TestFinishRetriesALockWaitTimeout(t *testing.T) {
 	}()
 	t.Cleanup(func() { <-released })
 	res, err := st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p1", Now: time.Now(), Outcomes: []outbox.Outcome{
-		{Kind: outbox.OutcomeSent, Topic: got[0].Topic, ID: id, Attempt: got[0].Attempts},
+		{Kind: outbox.OutcomeSent, Topic: got[0].Topic, ID: id, Attempt: got[0].Attempts, ClaimToken: got[0].ClaimToken},
 	}})
 	if err != nil || len(res.LeaseLost) != 0 {
 		t.Fatalf("MessageFinish while the row was locked for 1.5 s: %+v, %v", res, err)

@@ -249,14 +249,15 @@ func TestDeferredReleaseWaitsAndCountsNoRetry(t *testing.T) {
 	head := b.Insert(t, "EVENT", "G", `{}`, seedtest.T0)
 	next := b.Insert(t, "EVENT", "G", `{}`, seedtest.T0.Add(time.Second))
 	now := seedtest.T0.Add(time.Hour)
-	if got := seedtest.Claim(t, b.Store, 10, now); len(got) != 2 {
+	got := seedtest.Claim(t, b.Store, 10, now)
+	if len(got) != 2 {
 		t.Fatalf("claimed %d", len(got))
 	}
 	due := now.Add(10 * time.Minute)
 	res, err := b.Store.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: "p1", Now: now,
 		Outcomes: []outbox.Outcome{
-			{Kind: outbox.OutcomeReleased, ID: head, Attempt: 1, NextAttemptAt: due, Error: &outbox.ErrorInfo{Code: "429", Message: "throttled"}},
-			{Kind: outbox.OutcomeReleased, ID: next, Attempt: 1},
+			{Kind: outbox.OutcomeReleased, ID: head, Attempt: 1, ClaimToken: got[0].ClaimToken, NextAttemptAt: due, Error: &outbox.ErrorInfo{Code: "429", Message: "throttled"}},
+			{Kind: outbox.OutcomeReleased, ID: next, Attempt: 1, ClaimToken: got[1].ClaimToken},
 		}})
 	if err != nil || len(res.LeaseLost) != 0 {
 		t.Fatalf("finish: %v, lost %v", err, res.LeaseLost)
@@ -297,7 +298,7 @@ func TestClaimProgressesThroughEqualCreatedAt(t *testing.T) {
 		var sent []outbox.Outcome
 		for _, m := range msgs {
 			order = append(order, m.ID)
-			sent = append(sent, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts})
+			sent = append(sent, outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
 		}
 		if res, err := st.MessageFinish(context.Background(), outbox.MessageFinishParams{Owner: "p1", Outcomes: sent}); err != nil || len(res.LeaseLost) > 0 {
 			t.Fatalf("finish: %v, lost %v", err, res.LeaseLost)
@@ -326,7 +327,7 @@ func TestFinishTakesSharedIDsInOneCall(t *testing.T) {
 	}
 	p := outbox.MessageFinishParams{Owner: "p", Now: time.Now()}
 	for _, m := range got {
-		o := outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts}
+		o := outbox.Outcome{Kind: outbox.OutcomeSent, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken}
 		if m.Topic == flowcatalyst.TopicDispatchJob {
 			o.Kind, o.Error = outbox.OutcomeDead, &outbox.ErrorInfo{Code: "400", Message: "bad"}
 		}

@@ -34,9 +34,9 @@ type Finish struct {
 
 // BeginFinish validates p and sorts its outcomes by table and kind,
 // fenced by the leases this Store holds: an outcome applies only to the
-// claim it was made for (the same table, id and attempt). Outcomes are
-// matched to leases by (topic, id): an event and a dispatch job may share
-// an id. Outcomes without a lease are in Result.LeaseLost.
+// claim it was made for (the same table, id, attempt and claim token).
+// Outcomes are matched to leases by (topic, id): an event and a dispatch
+// job may share an id. Outcomes without a lease are in Result.LeaseLost.
 func (c *Core) BeginFinish(p outbox.MessageFinishParams) (*Finish, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -53,7 +53,7 @@ func (c *Core) BeginFinish(p outbox.MessageFinishParams) (*Finish, error) {
 	f := &Finish{Tables: map[string]*Work{}}
 	for _, o := range p.Outcomes {
 		topic, l, ok := c.leaseOf(o.Topic, o.ID)
-		if !ok || l.attempt != o.Attempt {
+		if !ok || l.attempt != o.Attempt || l.token != o.ClaimToken {
 			f.Result.LeaseLost = append(f.Result.LeaseLost, o.ID)
 			continue
 		}

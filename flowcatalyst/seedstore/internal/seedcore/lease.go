@@ -9,10 +9,15 @@ import (
 type leaseKey struct{ topic, id string }
 
 // lease is what a Store remembers of a row it claimed: outcomes are fenced
-// by the claim time (processed_at).
+// by the claim time (processed_at) and by the claim token.
 type lease struct {
 	claimedAt time.Time
 	attempt   int
+	// owner and token are the claim's owner and claim token, which the
+	// tables have no column for: an outcome must carry the token (a row
+	// released and claimed again within the same second has the same
+	// processed_at on MySQL, and the same attempt).
+	owner, token string
 	// gen tells this claim of the row from a later one: a finish forgets
 	// only the leases it used, not the new lease of a row claimed again
 	// between its commit and its forget (a retry due at once).
@@ -26,12 +31,17 @@ type heldLease struct {
 }
 
 // Remember records the leases of rows claimed from topic's table: out[i]
-// was claimed at claimed[i], as the database wrote processed_at.
+// was claimed at claimed[i], as the database wrote processed_at, by
+// out[i].ClaimedBy. Each gets a new claim token (set on out[i]), which its
+// outcome must carry.
 func (c *Core) Remember(topic string, out []outbox.Message, claimed []time.Time) {
 	c.mu.Lock()
-	for i, m := range out {
+	for i := range out {
+		m := &out[i]
 		c.leaseGen++
-		c.leases[leaseKey{topic, m.ID}] = lease{claimedAt: claimed[i], attempt: m.Attempts, gen: c.leaseGen}
+		m.ClaimToken = outbox.NewClaimToken()
+		c.leases[leaseKey{topic, m.ID}] = lease{claimedAt: claimed[i], attempt: m.Attempts, gen: c.leaseGen,
+			owner: m.ClaimedBy, token: m.ClaimToken}
 	}
 	c.mu.Unlock()
 }

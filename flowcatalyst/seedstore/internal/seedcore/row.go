@@ -65,6 +65,13 @@ func (c *Core) Message(r *Row, topic string) outbox.Message {
 	case StatusProcessing:
 		m.Attempts = r.RetryCount + 1
 		m.ClaimedAt, m.UpdatedAt = pa, pa
+		// The tables have no owner or token column: a lease this Store
+		// took of the row, with this claim time, tells them.
+		c.mu.Lock()
+		if l, ok := c.leases[leaseKey{topic, r.ID}]; ok && l.claimedAt.Equal(pa) && l.attempt == m.Attempts {
+			m.ClaimedBy, m.ClaimToken = l.owner, l.token
+		}
+		c.mu.Unlock()
 	case StatusCompleted:
 		m.Attempts = r.RetryCount + 1
 		m.SentAt, m.UpdatedAt = pa, pa

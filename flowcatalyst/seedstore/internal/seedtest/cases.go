@@ -62,12 +62,16 @@ func FinishOutcomes(t *testing.T, setup func(testing.TB) *Bundle) {
 		t.Fatalf("claimed %d", len(msgs))
 	}
 	next := now.Add(5 * time.Minute)
+	tok := map[string]string{}
+	for _, m := range msgs {
+		tok[m.ID] = m.ClaimToken
+	}
 	res, err := b.Store.MessageFinish(context.Background(), outbox.MessageFinishParams{
 		Owner: "p1", Now: now.Add(time.Second),
-		Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: sent, Attempt: 1},
-			{Kind: outbox.OutcomeRetry, ID: retry, Attempt: 1, NextAttemptAt: next, Error: &outbox.ErrorInfo{Code: "http_503", Message: "POST /api/events/batch: HTTP 503"}},
-			{Kind: outbox.OutcomeDead, ID: dead, Attempt: 1, Error: &outbox.ErrorInfo{Code: "BAD_REQUEST", Message: "item BAD_REQUEST: no source"}},
-			{Kind: outbox.OutcomeReleased, ID: rel, Attempt: 1}, {Kind: outbox.OutcomeReleased, ID: retryNext, Attempt: 1}},
+		Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: sent, Attempt: 1, ClaimToken: tok[sent]},
+			{Kind: outbox.OutcomeRetry, ID: retry, Attempt: 1, ClaimToken: tok[retry], NextAttemptAt: next, Error: &outbox.ErrorInfo{Code: "http_503", Message: "POST /api/events/batch: HTTP 503"}},
+			{Kind: outbox.OutcomeDead, ID: dead, Attempt: 1, ClaimToken: tok[dead], Error: &outbox.ErrorInfo{Code: "BAD_REQUEST", Message: "item BAD_REQUEST: no source"}},
+			{Kind: outbox.OutcomeReleased, ID: rel, Attempt: 1, ClaimToken: tok[rel]}, {Kind: outbox.OutcomeReleased, ID: retryNext, Attempt: 1, ClaimToken: tok[retryNext]}},
 	})
 	if err != nil || len(res.LeaseLost) != 0 {
 		t.Fatalf("finish: %v, lost %v", err, res.LeaseLost)
@@ -111,11 +115,11 @@ func FinishIsFencedByTheLease(t *testing.T, setup func(testing.TB) *Bundle) {
 	b := setup(t)
 	id := b.Insert(t, "EVENT", "", `{}`, T0)
 	now := T0.Add(time.Hour)
-	Claim(t, b.Store, 1, now)
+	first := Claim(t, b.Store, 1, now)
 	ctx := context.Background()
 	// Another Store (another processor) cannot record an outcome for it.
 	other := b.New(t)
-	res, err := other.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p2", Now: now, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: id, Attempt: 1}}})
+	res, err := other.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p2", Now: now, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: id, Attempt: 1, ClaimToken: first[0].ClaimToken}}})
 	if err != nil || !slices.Equal(res.LeaseLost, []string{id}) {
 		t.Fatalf("finish by another store: %v, lost %v", err, res.LeaseLost)
 	}
@@ -134,14 +138,14 @@ func FinishIsFencedByTheLease(t *testing.T, setup func(testing.TB) *Bundle) {
 		t.Fatalf("reclaimed %+v", reclaimed)
 	}
 	// The first processor's late outcome is refused.
-	res, err = b.Store.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p1", Now: now, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: id, Attempt: 1}}})
+	res, err = b.Store.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p1", Now: now, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: id, Attempt: 1, ClaimToken: first[0].ClaimToken}}})
 	if err != nil || !slices.Equal(res.LeaseLost, []string{id}) {
 		t.Fatalf("late finish: %v, lost %v", err, res.LeaseLost)
 	}
 	if r := b.Row(t, "EVENT", id); r.Status != "PROCESSING" {
 		t.Fatalf("row %+v changed by a lost lease", r)
 	}
-	res, err = other.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p2", Now: now, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: id, Attempt: 1}}})
+	res, err = other.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p2", Now: now, Outcomes: []outbox.Outcome{{Kind: outbox.OutcomeSent, ID: id, Attempt: 1, ClaimToken: reclaimed[0].ClaimToken}}})
 	if err != nil || len(res.LeaseLost) != 0 || b.Row(t, "EVENT", id).Status != "COMPLETED" {
 		t.Fatalf("finish by the lease holder: %v, lost %v", err, res.LeaseLost)
 	}
@@ -168,7 +172,7 @@ func ReclaimBeforeForget(t *testing.T, setup func(testing.TB) *Bundle) {
 		}
 	})
 	res, err := b.Store.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Now: time.Now(), Outcomes: []outbox.Outcome{
-		{Kind: outbox.OutcomeReleased, Topic: first[0].Topic, ID: id, Attempt: first[0].Attempts},
+		{Kind: outbox.OutcomeReleased, Topic: first[0].Topic, ID: id, Attempt: first[0].Attempts, ClaimToken: first[0].ClaimToken},
 	}})
 	if err != nil || len(res.LeaseLost) != 0 {
 		t.Fatalf("release: %+v, %v", res, err)
@@ -177,7 +181,7 @@ func ReclaimBeforeForget(t *testing.T, setup func(testing.TB) *Bundle) {
 		t.Fatalf("claim between commit and forget: %d messages, %v", len(again), againErr)
 	}
 	res, err = b.Store.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Now: time.Now(), Outcomes: []outbox.Outcome{
-		{Kind: outbox.OutcomeSent, Topic: again[0].Topic, ID: id, Attempt: again[0].Attempts},
+		{Kind: outbox.OutcomeSent, Topic: again[0].Topic, ID: id, Attempt: again[0].Attempts, ClaimToken: again[0].ClaimToken},
 	}})
 	if err != nil {
 		t.Fatal(err)
