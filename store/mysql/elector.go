@@ -52,8 +52,8 @@ const minCheckTimeout = 5 * time.Second
 //	})
 //
 // The lock is named after the database, the store's table prefix and
-// Options.Name, "outboxkit:<database>.<prefix>messages:<name>", or, when
-// that is longer than the 64 characters GET_LOCK allows,
+// ElectorOptions.Name, "outboxkit:<database>.<prefix>messages:<name>",
+// or, when that is longer than the 64 characters GET_LOCK allows,
 // "outboxkit:" followed by 40 hex digits of its SHA-256. Lock names are
 // global to the server, so the database is part of the name. Operators
 // see the holder with SELECT IS_USED_LOCK(name).

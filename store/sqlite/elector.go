@@ -39,8 +39,8 @@ const minCheckTimeout = 5 * time.Second
 
 // Elector elects one leader among the Electors of one process on the same
 // outbox: the same database file (resolved to its absolute path, symbolic
-// links followed), table prefix and Options.Name, through any number of
-// Stores. A follower takes over at once when the leader steps down.
+// links followed), table prefix and ElectorOptions.Name, through any
+// number of Stores. A follower takes over at once when the leader steps down.
 //
 //	el := store.Elector(sqlite.ElectorOptions{})
 //	err := el.Run(ctx, func(ctx context.Context) {
