@@ -119,7 +119,9 @@ type Config struct {
 const DefaultMaxRecoveries = 5
 
 // Leader reports whether this processor may work now (single-active mode).
-// Store adapters offer implementations (e.g. a PostgreSQL advisory lock).
+// Every store of this module offers one, its Elector: a PostgreSQL advisory
+// lock, MySQL's GET_LOCK, a MongoDB lease document, or, on SQLite, an
+// election within the process.
 type Leader interface {
 	IsLeader() bool
 }

@@ -26,7 +26,7 @@
 //
 // Options.CollectionPrefix (default "outbox_") names seven collections:
 // messages, attempts (the attempt history), locks (short-lived claim and
-// enqueue locks), counters (the sequence), inbox, pauses (outbox.Admin's
+// enqueue locks, and the Elector's lease for single-active mode), counters (the sequence), inbox, pauses (outbox.Admin's
 // paused topics and groups) and migrations (the applied schema versions).
 // Migrate creates their indexes: a unique one on (tenant, key) makes
 // enqueue idempotent, a unique one on seq orders groups and pages listings,

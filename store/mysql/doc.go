@@ -52,9 +52,9 @@
 // Store has the method set of every outboxkit store: the ports
 // (outbox.Store, outbox.Enqueuer, outbox.InboxStore, outbox.Waker), InTx,
 // MessageListTx, Migrate, MigrateTo, MigrateDown, Migrations (the rendered
-// SQL, for your own migration tool) and SchemaVersion, and the options
-// TablePrefix, ClaimPerGroup, Clock and Logger. The database/sql code is
-// shared with store/sqlite; what is this store's own is in claim.go and
+// SQL, for your own migration tool), SchemaVersion and Elector (single-active
+// mode, by GET_LOCK), and the options TablePrefix, ClaimPerGroup, Clock and
+// Logger. The database/sql code is shared with store/sqlite; what is this store's own is in claim.go and
 // finish.go (claims with SKIP LOCKED, one batched UPDATE per kind of
 // outcome), enqueue.go, the transactions and GET_LOCK for migrations.
 //
