@@ -82,3 +82,72 @@ func TestElectorRefusesShortLease(t *testing.T) {
 		t.Fatalf("Run with LeaseTTL = 2 x CheckInterval returned %v, want ErrInvalidInput", err)
 	}
 }
+
+// A leader whose lease was taken over stops leading at its next renewal,
+// which its owner and epoch fence, long before its own lease would have
+// lapsed; a lease taken over after it expired gets the next epoch.
+func TestElectorRenewalFencedByOwnerAndEpoch(t *testing.T) {
+	t.Parallel()
+	db := testbackend.Mongo(t)
+	st, err := mongo.New(db.DB, mongo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A lease of a minute: nothing here waits for one to lapse.
+	el := st.Elector(mongo.ElectorOptions{RetryInterval: 50 * time.Millisecond, CheckInterval: 200 * time.Millisecond, LeaseTTL: time.Minute})
+	id := mongo.ElectorLeaseID(el)
+	locks := db.DB.Collection("outbox_locks")
+	done := make(chan error, 1)
+	go func() { done <- el.Run(ctx, nil) }()
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waited 30 s for %s", what)
+			}
+		}
+	}
+	waitUntil("the elector to lead", el.IsLeader)
+	var lease struct {
+		Owner string `bson:"owner"`
+		Epoch int64  `bson:"epoch"`
+	}
+	if err := locks.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&lease); err != nil {
+		t.Fatal(err)
+	}
+	if lease.Epoch != 1 {
+		t.Fatalf("a free lease taken with epoch %d, want 1", lease.Epoch)
+	}
+	// Another term's lease, as a takeover would leave it, under the same
+	// owner: only the epoch tells the terms apart.
+	if _, err := locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
+		t.Fatal(err)
+	}
+	owner := lease.Owner
+	if _, err := locks.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "owner", Value: owner},
+		{Key: "epoch", Value: int64(2)}, {Key: "expires_at", Value: time.Now().Add(time.Hour).UTC()}}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil("the leader to notice the lease was taken", func() bool { return !el.IsLeader() })
+	// That lease expires: the elector takes it over, with the next epoch.
+	if _, err := locks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "expires_at", Value: time.Now().Add(-time.Second).UTC()}}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil("the elector to take the expired lease over", el.IsLeader)
+	if err := locks.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&lease); err != nil {
+		t.Fatal(err)
+	}
+	if lease.Owner != owner || lease.Epoch != 3 {
+		t.Fatalf("the lease taken over is %+v, want owner %s, epoch 3", lease, owner)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n, err := locks.CountDocuments(context.Background(), bson.D{{Key: "_id", Value: id}}); err != nil || n != 0 {
+		t.Fatalf("%d lease documents after Run returned (%v), want the lease deleted", n, err)
+	}
+}
