@@ -52,7 +52,7 @@ CREATE TABLE %[1]s.log (
 CREATE UNIQUE INDEX log_id ON %[1]s.log (id);
 CREATE INDEX log_grp ON %[1]s.log (tenant, topic, grp, seq);
 CREATE TABLE %[1]s.marks (
-    mseq   bigint GENERATED ALWAYS AS IDENTITY,
+    mseq   bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     tenant text COLLATE "C" NOT NULL,
     topic  text COLLATE "C" NOT NULL,
     grp    text COLLATE "C" NOT NULL,
@@ -247,7 +247,6 @@ type lpClaimer struct {
 	rescans, claims int
 	markSeen        int64     // the last mark the candidates read (less the margin next time: late commits)
 	dueFrom         time.Time // the time windows (retries due, leases expired) start here
-	nextDue         time.Time // and are read again at most once a second
 	lease           time.Duration
 }
 
@@ -273,15 +272,7 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 	var runs []lpRun
 	err := pgx.BeginFunc(ctx, c.s.pool, func(tx pgx.Tx) error {
 		lease := cmp.Or(c.lease, 30*time.Second).Seconds()
-		// The time windows are read at most once a second: each read
-		// covers the time since the last one, less a margin, and a lease
-		// or retry that came due waits at most that second more.
-		dueFrom := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC) // nothing
-		readDue := !time.Now().Before(c.nextDue)
-		if readDue {
-			dueFrom = c.dueFrom
-		}
-		rows, err := tx.Query(ctx, c.s.q["cand"], from, c.window, c.limit, c.perGrp, max(c.markSeen-int64(c.margin), 0), dueFrom, lease)
+		rows, err := tx.Query(ctx, c.s.q["cand"], from, c.window, c.limit, c.perGrp, max(c.markSeen-int64(c.margin), 0), c.dueFrom, lease)
 		if err != nil {
 			return err
 		}
@@ -295,10 +286,14 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 			if err := rows.Scan(&t, &p, &g, &part, &f, &mk, &at); err != nil {
 				return err
 			}
-			if at != nil && readDue {
-				// A mark that came due before this statement but
-				// committed after it is read by the next one.
-				c.dueFrom, c.nextDue = at.Add(-2*time.Second), time.Now().Add(time.Second)
+			if at != nil {
+				// The time windows cover the time since the last claim,
+				// less a second: a mark that came due before this
+				// statement but committed after it is read by the next
+				// one. (Reading them once a second instead, with a time
+				// far ahead in between, made PostgreSQL's cached generic
+				// plan for the statement ten times slower.)
+				c.dueFrom = at.Add(-time.Second)
 			}
 			if f != nil {
 				floor = *f
