@@ -48,14 +48,29 @@ func Load(fsys fs.FS, dir string) ([]Migration, error) {
 			m = &Migration{Version: v}
 			byVersion[v] = m
 		}
+		var name string
 		switch {
 		case strings.HasSuffix(rest, ".up.sql"):
-			m.Name, m.Up = strings.TrimSuffix(rest, ".up.sql"), string(b)
+			name = strings.TrimSuffix(rest, ".up.sql")
+			if m.Up != "" {
+				return nil, fmt.Errorf("migration %s: version %d has two up files", base, v)
+			}
+			m.Up = string(b)
 		case strings.HasSuffix(rest, ".down.sql"):
+			name = strings.TrimSuffix(rest, ".down.sql")
+			if m.Down != "" {
+				return nil, fmt.Errorf("migration %s: version %d has two down files", base, v)
+			}
 			m.Down = string(b)
 		default:
 			return nil, fmt.Errorf("migration %s: neither .up.sql nor .down.sql", base)
 		}
+		// Two migrations numbered alike would run as one version: the
+		// second's statements never (the version is recorded as applied).
+		if m.Name != "" && m.Name != name {
+			return nil, fmt.Errorf("migration %s: version %d is also %q", base, v, m.Name)
+		}
+		m.Name = name
 	}
 	out := make([]Migration, 0, len(byVersion))
 	for _, m := range byVersion {

@@ -23,6 +23,10 @@ func TestLoad(t *testing.T) {
 		"no version": {"m/init.up.sql": {Data: []byte("x")}},
 		"bad suffix": {"m/001_a.sql": {Data: []byte("x")}},
 		"version 0":  {"m/000_a.up.sql": {Data: []byte("x")}, "m/000_a.down.sql": {Data: []byte("x")}},
+		// Two migrations numbered alike: the second would never run.
+		"two named alike": {"m/007_a.up.sql": {Data: []byte("x")}, "m/007_a.down.sql": {Data: []byte("x")},
+			"m/007_b.up.sql": {Data: []byte("y")}, "m/007_b.down.sql": {Data: []byte("y")}},
+		"an up and a down named apart": {"m/007_a.up.sql": {Data: []byte("x")}, "m/007_b.down.sql": {Data: []byte("x")}},
 	} {
 		if _, err := Load(bad, "m"); err == nil || !strings.Contains(err.Error(), "migration") {
 			t.Errorf("%s: want an error, got %v", name, err)
