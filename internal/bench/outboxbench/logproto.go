@@ -243,7 +243,6 @@ type lpClaimer struct {
 	nextRescan      time.Time
 	window, perGrp  int
 	limit, margin   int
-	lastRescanCost  time.Duration
 	rescans, claims int
 	markSeen        int64     // the last mark the candidates read (less the margin next time: late commits)
 	dueFrom         time.Time // the time windows (retries due, leases expired) start here
@@ -350,7 +349,7 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 	})
 	if rescan {
 		d := time.Since(started)
-		c.lastRescanCost, c.rescans = d, c.rescans+1
+		c.rescans++
 		c.nextRescan = time.Now().Add(min(max(20*d, time.Second), 30*time.Second))
 	}
 	c.claims++
