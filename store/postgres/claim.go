@@ -65,6 +65,9 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
+	if s.logMode {
+		return s.logClaim(ctx, p)
+	}
 	now := s.at(p.Now)
 	owner := text(p.Owner)
 	budget := min(max(4*p.Limit, 1000), 20000)

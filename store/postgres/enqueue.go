@@ -249,7 +249,7 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		return out, nil
 	}
 	// Not inserted: the (tenant, key) exists already, or the ID does.
-	r, err = query(ctx, s.sql.existing, missT, missK)
+	r, err = query(ctx, s.reads().existing, missT, missK)
 	if err != nil {
 		return nil, wrapErr("enqueue: existing", err)
 	}

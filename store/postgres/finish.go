@@ -35,6 +35,9 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	if total == 0 {
 		return outbox.FinishResult{}, nil
 	}
+	if s.logMode {
+		return s.logFinish(ctx, p)
+	}
 	now := s.at(p.Now)
 	applied := make(map[string]struct{}, total)
 	hinted, tids, byID := s.tids.split(p.Owner, p.Outcomes, applied)
@@ -233,7 +236,16 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 		res.Recovered += rec
 		res.DeadLettered += dead
 		if rec+dead < chunk {
-			return res, nil
+			break
 		}
 	}
+	if s.logMode {
+		lr, err := s.logRecoverLeases(ctx, before, now, maxRecoveries, def, block, cont)
+		res.Recovered += lr.Recovered
+		res.DeadLettered += lr.DeadLettered
+		if err != nil {
+			return res, err
+		}
+	}
+	return res, nil
 }

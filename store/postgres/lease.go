@@ -33,6 +33,9 @@ func (s *Store) MessageExtendLease(ctx context.Context, p outbox.MessageExtendLe
 	if len(p.Leases) == 0 {
 		return outbox.ExtendLeaseResult{}, nil
 	}
+	if s.logMode {
+		return s.logExtend(ctx, p)
+	}
 	ids := make([]string, len(p.Leases))
 	att := make([]int32, len(p.Leases))
 	toks := make([]*string, len(p.Leases))

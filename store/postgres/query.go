@@ -17,7 +17,7 @@ func (s *Store) MessageGet(ctx context.Context, p outbox.MessageGetParams) (outb
 	if err := p.Validate(); err != nil {
 		return outbox.Message{}, err
 	}
-	m, err := scanMessage(s.db.QueryRow(ctx, s.sql.get, text(p.Tenant), text(p.ID)))
+	m, err := scanMessage(s.db.QueryRow(ctx, s.reads().get, text(p.Tenant), text(p.ID)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return outbox.Message{}, fmt.Errorf("%w: %s", outbox.ErrNotFound, p.ID)
 	}
@@ -58,7 +58,7 @@ func (s *Store) list(ctx context.Context, q querier, p outbox.MessageListParams)
 	case limit > 1000:
 		limit = 1000
 	}
-	r, err := q.Query(ctx, s.sql.list, text(p.Tenant), p.AfterSeq, string(p.Status), text(p.Topic), text(p.Group), limit+1, p.BlocksGroup)
+	r, err := q.Query(ctx, s.reads().list, text(p.Tenant), p.AfterSeq, string(p.Status), text(p.Topic), text(p.Group), limit+1, p.BlocksGroup)
 	if err != nil {
 		return outbox.MessagePage{}, wrapErr("list", err)
 	}
@@ -89,9 +89,9 @@ func (s *Store) MessageCount(ctx context.Context, p outbox.MessageCountParams) (
 		err error
 	)
 	if p.AllTenants {
-		r, err = s.db.Query(ctx, s.sql.countAll)
+		r, err = s.db.Query(ctx, s.reads().countAll)
 	} else {
-		r, err = s.db.Query(ctx, s.sql.count, text(p.Tenant))
+		r, err = s.db.Query(ctx, s.reads().count, text(p.Tenant))
 	}
 	if err != nil {
 		return nil, wrapErr("count", err)
@@ -121,7 +121,7 @@ func (s *Store) AttemptList(ctx context.Context, p outbox.AttemptListParams) ([]
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	r, err := s.db.Query(ctx, s.sql.attempts, text(p.Tenant), text(p.MessageID))
+	r, err := s.db.Query(ctx, s.reads().attempts, text(p.Tenant), text(p.MessageID))
 	if err != nil {
 		return nil, wrapErr("attempts", err)
 	}
@@ -201,7 +201,7 @@ func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParam
 // transitionErr explains why a conditional update touched no row.
 func (s *Store) transitionErr(ctx context.Context, tenant, id string, ev outbox.Event) error {
 	var st string
-	err := s.db.QueryRow(ctx, s.sql.statusOf, text(tenant), text(id)).Scan(&st)
+	err := s.db.QueryRow(ctx, s.reads().statusOf, text(tenant), text(id)).Scan(&st)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: %s", outbox.ErrNotFound, id)
 	}

@@ -129,6 +129,12 @@ type Store struct {
 	windows     windowLows  // where claim windows start (claim.go)
 	floors      groupFloors // where a claim's lookups of a group start (floors.go)
 	fair        fairShare   // when claims look at other tenants (fair.go)
+
+	// The append-only path (logmode.go), while it is built.
+	logMode bool
+	lsql    logSQL
+	lread   sqlText // the read statements, over the state view
+	logc    logClaimer
 }
 
 // Store has the method set of every store: the ports, InTx,

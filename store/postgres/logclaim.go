@@ -1,0 +1,315 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxkit/outboxkit/internal/adminsql"
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// The append-only hot path (issue #28, LOG-DESIGN.md): a claim inserts one
+// lease mark per group run and an outcome one mark per run, instead of
+// updating every message row twice. It runs when the store's logMode is
+// set; until it covers every operation, only tests set it.
+
+// logSettings pin the plans of the append-only path's statements, for
+// their transaction only. JIT is the one that matters most: the
+// candidates statement's estimated cost grows with the tables (its lateral
+// lookups are costed per group from the statistics), and past
+// jit_above_cost the server compiled it at every execution, 841 ms for 19
+// ms of work two minutes into a run.
+const logSettings = `SELECT set_config('jit', 'off', true),
+	set_config('enable_seqscan', 'off', true)`
+
+// Claim tuning. The log window reads logWindow messages from the floor;
+// the floor and the marks window start logMargin back, so a message or
+// mark that committed after a later one was read is still found (a
+// transaction that drew its sequence number first and committed last).
+// The backstop, which probes every registered group, runs at most every
+// logBackstopMax and at least 20 times its own duration apart.
+const (
+	logWindow       = 3000
+	logMargin       = 1000
+	logBackstopMin  = time.Second
+	logBackstopMax  = 30 * time.Second
+	logDueMargin    = time.Second
+	logClaimLockKey = 2 // the claims' and outcomes' advisory lock key space
+)
+
+// logClaimer is where this store's claims look next.
+type logClaimer struct {
+	mu       sync.Mutex
+	floor    int64     // the log window starts after floor - logMargin
+	markSeen int64     // the last mark read
+	dueFrom  time.Time // messages due after this (less logDueMargin) are found by time
+	backstop time.Time // when the next backstop runs
+	// recoverFrom is where lease recovery looks from (the last cutoff, less
+	// logRecoverMargin).
+	recoverFrom time.Time
+}
+
+// reset makes the next claim run the backstop (after an operator action
+// that frees groups without a mark, such as removing a pause).
+func (c *logClaimer) reset() {
+	c.mu.Lock()
+	c.backstop = time.Time{}
+	c.mu.Unlock()
+}
+
+// logLatest is the latest mark of the group g (tenant, topic, grp, part), as
+// a LATERAL subquery: one backward descent of the marks index.
+const logLatest = `SELECT k.kind, k.done, k.upto, k.token, k.owner, k.at FROM {K} k
+	WHERE k.tenant = g.tenant AND k.topic = g.topic AND k.grp = g.grp AND k.part = g.part
+	ORDER BY k.tenant, k.topic, k.grp, k.part, k.mseq DESC LIMIT 1`
+
+// logHead is the first waiting message after done of the group g (its
+// PENDING messages and a dead letter that blocks it): for a group, one
+// descent of the group index; for an unordered message (part = its seq),
+// the message itself.
+const logHead = `SELECT b.seq, b.status, b.next_attempt_at FROM {T} b
+		WHERE g.part = 0 AND b.tenant = g.tenant AND b.topic = g.topic AND b.grp = g.grp
+			AND (b.status = 'PENDING' OR b.blocks_group) AND b.grp <> '' AND b.seq > coalesce(k.done, 0)
+		ORDER BY b.tenant, b.topic, b.grp, b.seq LIMIT 1`
+
+// logCandidates finds the groups a claim may take, from append-only
+// windows: the log after $5 ($4 messages), the done marks after $6 (runs
+// that ended, with maybe more behind), and the messages that came due by
+// time since $7 (retries, deferred releases, scheduled messages). It reads
+// each group's latest mark and first waiting message, keeps the groups that
+// are idle, due, not paused and not held by a lease of the previous schema
+// version, and try-locks them (key space logClaimLockKey, namespace $9; a
+// claim never waits) in order of their first message until their runs fill
+// $2 (at most $3 each). Topics: $8 (NULL: all). The first row carries the
+// next floor (the first claimable message left behind, else the window's
+// end) and the last mark read.
+var logCandidates = `WITH w0 AS MATERIALIZED (
+	SELECT tenant, topic, grp, part, min(seq) AS first, max(seq) AS last, count(*) AS n FROM (
+		SELECT seq, tenant, topic, grp, CASE WHEN grp = '' THEN seq ELSE 0 END AS part
+		FROM {T} WHERE seq > $5 AND status = 'PENDING' AND ($8::text[] IS NULL OR topic = ANY($8::text[]))
+		ORDER BY seq LIMIT $4) x
+	GROUP BY tenant, topic, grp, part
+), rm AS MATERIALIZED (
+	SELECT tenant, topic, grp, part, max(mseq) AS mseq FROM {K}
+	WHERE mseq > $6 AND kind = 'done'
+	GROUP BY tenant, topic, grp, part
+), due AS MATERIALIZED (
+	SELECT DISTINCT tenant, topic, grp, CASE WHEN grp = '' THEN seq ELSE 0 END AS part FROM {T}
+	WHERE status = 'PENDING' AND next_attempt_at > created_at AND next_attempt_at > $7 AND next_attempt_at <= $1
+), w AS (
+	SELECT tenant, topic, grp, part, first, last, n FROM w0
+	UNION ALL
+	SELECT o.tenant, o.topic, o.grp, o.part, 0, 0, $3 FROM (
+		SELECT tenant, topic, grp, part FROM rm UNION SELECT tenant, topic, grp, part FROM due) o
+	WHERE ($8::text[] IS NULL OR o.topic = ANY($8::text[]))
+		AND NOT EXISTS (SELECT 1 FROM w0 WHERE w0.tenant = o.tenant AND w0.topic = o.topic AND w0.grp = o.grp AND w0.part = o.part)
+), s AS MATERIALIZED (
+	SELECT g.tenant, g.topic, g.grp, g.part, g.first > 0 AS in_window, g.n, h.seq AS head,
+		(k.kind IS NULL OR k.kind = 'done') AND h.status = 'PENDING' AND h.next_attempt_at <= $1` +
+	strings.ReplaceAll(adminsql.NotPausedRowByRow("{P}", "g."), "\n", " ") + `
+		AND (g.part > 0 OR NOT EXISTS (SELECT 1 FROM {T} l WHERE l.tenant = g.tenant AND l.topic = g.topic
+			AND l.grp = g.grp AND l.status = 'PROCESSING')) AS claimable
+	FROM w g
+	LEFT JOIN LATERAL (` + logLatest + `) k ON true
+	LEFT JOIN LATERAL (` + logHead + `) hg ON true
+	LEFT JOIN LATERAL (SELECT b.seq, b.status, b.next_attempt_at FROM {T} b
+		WHERE g.part > 0 AND b.seq = g.part AND b.seq > coalesce(k.done, 0)) hu ON true
+	CROSS JOIN LATERAL (SELECT coalesce(hg.seq, hu.seq) AS seq, coalesce(hg.status, hu.status) AS status,
+		coalesce(hg.next_attempt_at, hu.next_attempt_at) AS next_attempt_at) h
+	WHERE h.seq IS NOT NULL
+), c AS MATERIALIZED (
+	SELECT s.*, sum(least(s.n, $3)) OVER (ORDER BY s.head) - least(s.n, $3) AS before FROM s WHERE s.claimable
+), l AS MATERIALIZED (
+	SELECT c.tenant, c.topic, c.grp, c.part, c.head FROM c
+	WHERE c.before < $2 AND pg_try_advisory_xact_lock($9::int4, hashtext(c.tenant || chr(31) || c.topic || chr(31) || c.grp || chr(31) || c.part))
+	ORDER BY c.head
+)
+SELECT NULL::text, NULL::text, NULL::text, NULL::bigint,
+	coalesce((SELECT min(c.head) - 1 FROM c WHERE c.in_window AND NOT EXISTS (
+		SELECT 1 FROM l WHERE l.tenant = c.tenant AND l.topic = c.topic AND l.grp = c.grp AND l.part = c.part)),
+		(SELECT max(last) FROM w0), $5),
+	(SELECT max(mseq) FROM rm)
+UNION ALL
+SELECT tenant, topic, grp, part, NULL, NULL FROM l`
+
+// logBackstop is the first waiting message of every registered group and
+// of the unordered messages after $1, one probe per group: what the
+// windows may have passed (a transaction that drew its sequence number
+// before the floor moved past it and committed after). Its cost follows the
+// number of groups, not the log's length.
+const logBackstop = `SELECT least(
+	(SELECT min(h.seq) FROM (SELECT tenant, topic, grp, 0::bigint AS part FROM {G}) g
+		LEFT JOIN LATERAL (` + logLatest + `) k ON true
+		CROSS JOIN LATERAL (` + logHead + `) h),
+	(SELECT min(u.seq) FROM {T} u WHERE u.grp = '' AND u.status = 'PENDING' AND u.seq > $1
+		AND NOT EXISTS (SELECT 1 FROM {K} k WHERE k.tenant = u.tenant AND k.topic = u.topic AND k.grp = ''
+			AND k.part = u.seq)))`
+
+// logTake leases the locked groups' next runs (at most $3 each) to owner
+// $2 under token $4 at $1, after reading their marks again (the locks were
+// taken by the statement before, so this statement's snapshot holds every
+// mark committed under them), and returns the messages as claimed.
+const logTake = `WITH g AS (
+	SELECT * FROM unnest($5::text[], $6::text[], $7::text[], $8::int8[]) AS g(tenant, topic, grp, part)
+), s AS MATERIALIZED (
+	SELECT g.tenant, g.topic, g.grp, g.part, coalesce(k.done, 0) AS done
+	FROM g LEFT JOIN LATERAL (` + logLatest + `) k ON true
+	WHERE k.kind IS NULL OR k.kind = 'done'
+), r AS MATERIALIZED (
+	SELECT s.tenant, s.topic, s.grp, s.part, s.done, x.id, x.seq FROM s CROSS JOIN LATERAL (
+		SELECT y.id, y.seq FROM (
+			SELECT b.id, b.seq, bool_and(b.status = 'PENDING' AND b.next_attempt_at <= $1) OVER (ORDER BY b.seq) AS ok
+			FROM {T} b
+			WHERE s.part = 0 AND b.tenant = s.tenant AND b.topic = s.topic AND b.grp = s.grp
+				AND (b.status = 'PENDING' OR b.blocks_group) AND b.grp <> '' AND b.seq > s.done
+			ORDER BY b.tenant, b.topic, b.grp, b.seq LIMIT $3) y
+		WHERE y.ok
+		UNION ALL
+		SELECT b.id, b.seq FROM {T} b
+		WHERE s.part > 0 AND b.seq = s.part AND b.seq > s.done AND b.status = 'PENDING' AND b.next_attempt_at <= $1
+	) x
+), ins AS (
+	INSERT INTO {K} (tenant, topic, grp, part, kind, done, upto, token, owner, at)
+	SELECT tenant, topic, grp, part, 'lease', done, max(seq), $4::uuid, $2, $1 FROM r
+	GROUP BY tenant, topic, grp, part, done
+)
+SELECT {CLAIMED} FROM r JOIN {T} m ON m.id = r.id ORDER BY m.seq`
+
+// claimedCols is msgCols of the row m as a claim returns it: PROCESSING,
+// its attempt counted, claimed by $2 at $1 under token $4.
+func claimedCols() string {
+	over := map[string]string{
+		"status":      "'PROCESSING'::text",
+		"attempts":    "m.attempts + 1",
+		"updated_at":  "$1::timestamptz",
+		"claimed_at":  "$1::timestamptz",
+		"claimed_by":  "$2::text",
+		"claim_token": "$4::uuid",
+	}
+	cols := strings.Split(msgCols, ",")
+	for i, c := range cols {
+		c = strings.TrimSpace(c)
+		if v, ok := over[c]; ok {
+			cols[i] = v
+		} else {
+			cols[i] = "m." + c
+		}
+	}
+	return strings.Join(cols, ", ")
+}
+
+// logClaim is MessageClaim on the append-only path.
+func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
+	now := s.at(p.Now)
+	owner := text(p.Owner)
+	run := min(s.opts.ClaimPerGroup, p.Limit)
+	var topics []string
+	if len(p.Topics) > 0 {
+		topics = texts(p.Topics)
+	}
+	c := &s.logc
+	c.mu.Lock()
+	backstop := time.Now().After(c.backstop)
+	c.mu.Unlock()
+	if backstop {
+		began := time.Now()
+		var floor *int64
+		if err := s.logTx(ctx, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, s.lsql.logBackstop, int64(0)).Scan(&floor)
+		}); err != nil {
+			return nil, wrapErr("claim", err)
+		}
+		took := time.Since(began)
+		c.mu.Lock()
+		if floor != nil {
+			c.floor = *floor - 1
+		}
+		c.markSeen = 0
+		c.dueFrom = time.Time{}
+		c.backstop = time.Now().Add(min(max(20*took, logBackstopMin), logBackstopMax))
+		c.mu.Unlock()
+	}
+	c.mu.Lock()
+	from, markSeen, dueFrom := max(c.floor-logMargin, 0), max(c.markSeen-logMargin, 0), c.dueFrom.Add(-logDueMargin)
+	c.mu.Unlock()
+
+	var token pgtype.UUID
+	tok := outbox.NewClaimToken()
+	if err := token.Scan(tok); err != nil {
+		return nil, wrapErr("claim", err)
+	}
+	var msgs []outbox.Message
+	var nextFloor, lastMark *int64
+	err := s.logTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, s.lsql.logCandidates, now, p.Limit, run, logWindow, from, markSeen, dueFrom, topics, s.groupNS+logClaimLockKey)
+		if err != nil {
+			return err
+		}
+		var ts, ps, gs []string
+		var parts []int64
+		for rows.Next() {
+			var t, tp, g *string
+			var part, f, mk *int64
+			if err := rows.Scan(&t, &tp, &g, &part, &f, &mk); err != nil {
+				rows.Close()
+				return err
+			}
+			if g == nil {
+				nextFloor, lastMark = f, mk
+				continue
+			}
+			ts, ps, gs, parts = append(ts, *t), append(ps, *tp), append(gs, *g), append(parts, *part)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(gs) == 0 {
+			return nil
+		}
+		rows, err = tx.Query(ctx, s.lsql.logTake, now, owner, run, token, ts, ps, gs, parts)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			m, err := scanMessage(rows)
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, m)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, wrapErr("claim", err)
+	}
+	c.mu.Lock()
+	if nextFloor != nil && *nextFloor > c.floor {
+		c.floor = *nextFloor
+	}
+	if lastMark != nil && *lastMark > c.markSeen {
+		c.markSeen = *lastMark
+	}
+	if now.After(c.dueFrom) {
+		c.dueFrom = now
+	}
+	c.mu.Unlock()
+	return msgs, nil
+}
+
+// logTx runs fn in a transaction with logSettings, committed when fn
+// returns nil.
+func (s *Store) logTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, logSettings); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}

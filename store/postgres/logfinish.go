@@ -1,0 +1,348 @@
+package postgres
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outboxkit/outbox"
+)
+
+// logGroupKey names a group in the append-only path: part is 0 for a
+// group, an unordered message's seq for that message.
+type logGroupKey struct {
+	tenant, topic, grp string
+	part               int64
+}
+
+// logLockGroups is the outcomes' rows by message ID, after the locks of
+// their groups (blocking, in key order: outcomes never deadlock, claims
+// only try).
+const logLockGroups = `WITH o AS MATERIALIZED (
+	SELECT m.id, m.tenant, m.topic, m.grp, CASE WHEN m.grp = '' THEN m.seq ELSE 0 END AS part FROM {T} m
+	WHERE m.id = ANY($1::text[])
+), lk AS MATERIALIZED (
+	SELECT count(pg_advisory_xact_lock($2::int4, h)) AS n FROM (
+		SELECT DISTINCT hashtext(tenant || chr(31) || topic || chr(31) || grp || chr(31) || part) AS h FROM o ORDER BY 1) x
+)
+SELECT o.tenant, o.topic, o.grp, o.part FROM o, lk WHERE lk.n >= 0`
+
+// logRuns is the latest mark of each group ($1-$4) and, when it is a
+// lease, the run's waiting messages (PENDING, or dead letters that block
+// the group) in order; read after the groups' locks.
+const logRuns = `WITH g AS (
+	SELECT DISTINCT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) AS g(tenant, topic, grp, part)
+)
+SELECT g.tenant, g.topic, g.grp, g.part, k.kind, k.done, k.upto, k.token::text, k.owner, k.at,
+	r.id, r.seq, r.status, r.attempts, r.recoveries
+FROM g LEFT JOIN LATERAL (` + logLatest + `) k ON true
+LEFT JOIN LATERAL (
+	SELECT b.id, b.seq, b.status, b.attempts, b.recoveries FROM {T} b
+	WHERE k.kind = 'lease' AND g.part = 0 AND b.tenant = g.tenant AND b.topic = g.topic AND b.grp = g.grp
+		AND (b.status = 'PENDING' OR b.blocks_group) AND b.grp <> '' AND b.seq > k.done AND b.seq <= k.upto
+	UNION ALL
+	SELECT b.id, b.seq, b.status, b.attempts, b.recoveries FROM {T} b
+	WHERE k.kind = 'lease' AND g.part > 0 AND b.seq = g.part AND b.status = 'PENDING' AND b.seq > k.done
+) r ON true
+ORDER BY g.tenant, g.topic, g.grp, g.part, r.seq`
+
+// logWrite applies the outcomes that change a row ($2-$12: a retry, a dead
+// letter, a deferred release, a sent message with a provider ID or
+// response or sent out of its run's order), their attempts history
+// ($13-$21), and the groups' new marks ($22-$31), at $1.
+const logWrite = `WITH x AS (
+	SELECT * FROM unnest($2::text[], $3::text[], $4::int4[], $5::timestamptz[], $6::text[], $7::text[], $8::text[],
+		$9::text[], $10::bool[], $11::timestamptz[], $12::bool[])
+		AS x(id, kind, attempt, next, code, msg, pmid, resp, block, started, haserr)
+), up AS (
+	UPDATE {T} m SET
+		status = CASE x.kind WHEN 'sent' THEN 'SENT' WHEN 'dead' THEN 'FAILED' ELSE m.status END,
+		attempts = CASE WHEN x.kind = 'released' THEN m.attempts ELSE x.attempt END,
+		next_attempt_at = CASE WHEN x.kind IN ('retry', 'released') AND x.next IS NOT NULL THEN x.next ELSE m.next_attempt_at END,
+		last_error_code = CASE WHEN x.haserr THEN x.code ELSE m.last_error_code END,
+		last_error_message = CASE WHEN x.haserr THEN x.msg ELSE m.last_error_message END,
+		provider_message_id = CASE x.kind WHEN 'sent' THEN x.pmid ELSE m.provider_message_id END,
+		sent_at = CASE x.kind WHEN 'sent' THEN coalesce(m.sent_at, $1) ELSE m.sent_at END,
+		sent_response = CASE WHEN x.kind = 'sent' AND x.attempt = 1 AND m.recoveries = 0 THEN x.resp::json ELSE m.sent_response END,
+		sent_started_at = CASE WHEN x.kind = 'sent' AND x.attempt = 1 AND m.recoveries = 0 THEN x.started ELSE m.sent_started_at END,
+		sent_finished_at = CASE WHEN x.kind = 'sent' AND x.attempt = 1 AND m.recoveries = 0 THEN $1 ELSE m.sent_finished_at END,
+		blocks_group = CASE x.kind WHEN 'dead' THEN x.block AND m.grp <> '' ELSE m.blocks_group END,
+		updated_at = $1
+	FROM x WHERE m.id = x.id
+	RETURNING m.id
+), att AS (
+	INSERT INTO {A} (message_id, tenant, number, outcome, error_code, error_message,
+		provider_response, next_attempt_at, started_at, finished_at)
+	SELECT a.id, a.tenant, a.number, a.outcome, a.code, a.msg, a.resp::json, a.next, a.started, $1
+	FROM unnest($13::text[], $14::text[], $15::int4[], $16::text[], $17::text[], $18::text[], $19::text[],
+		$20::timestamptz[], $21::timestamptz[]) AS a(id, tenant, number, outcome, code, msg, resp, next, started)
+)
+INSERT INTO {K} (tenant, topic, grp, part, kind, done, upto, token, owner, at)
+SELECT k.tenant, k.topic, k.grp, k.part, k.kind, k.done, k.upto, k.token::uuid, k.owner, k.at
+FROM unnest($22::text[], $23::text[], $24::text[], $25::int8[], $26::text[], $27::int8[], $28::int8[],
+	$29::text[], $30::text[], $31::timestamptz[]) AS k(tenant, topic, grp, part, kind, done, upto, token, owner, at)
+WHERE (SELECT count(*) FROM up) >= 0`
+
+// logRun is a group's latest mark and, when it is a lease, its run's
+// waiting messages.
+type logRun struct {
+	kind, token, owner string
+	done, upto         int64
+	at                 time.Time
+	rows               []logRunRow
+}
+
+type logRunRow struct {
+	id                   string
+	seq                  int64
+	status               string
+	attempts, recoveries int
+}
+
+// logWrites collects what an outcome batch writes.
+type logWrites struct {
+	// rows changed
+	id, kind, code, msg, pmid, resp []*string
+	attempt                         []int32
+	next, started                   []*time.Time
+	block, haserr                   []bool
+	// attempts history
+	aID, aTenant, aOutcome, aCode, aMsg, aResp []*string
+	aNumber                                    []int32
+	aNext, aStarted                            []*time.Time
+	// marks
+	kTenant, kTopic, kGrp, kKind []string
+	kToken, kOwner               []*string
+	kPart, kDone, kUpto          []int64
+	kAt                          []time.Time
+}
+
+// row records an outcome that changes its row.
+func (w *logWrites) row(o outbox.Outcome, now time.Time) {
+	var code, msg *string
+	if o.Error != nil {
+		code, msg = nullText(o.Error.Code), nullText(o.Error.Message)
+		if code == nil {
+			code = new(string)
+		}
+		if msg == nil {
+			msg = new(string)
+		}
+	}
+	w.id = append(w.id, nullText(o.ID))
+	w.kind = append(w.kind, nullText(string(o.Kind)))
+	w.attempt = append(w.attempt, int32(o.Attempt)) //nolint:gosec // attempts are small
+	w.next = append(w.next, nullTime(o.NextAttemptAt))
+	w.code, w.msg = append(w.code, code), append(w.msg, msg)
+	w.pmid = append(w.pmid, nullText(o.ProviderMessageID))
+	w.resp = append(w.resp, jsonText(o.ProviderResponse))
+	w.block = append(w.block, o.BlockGroup)
+	started := o.StartedAt
+	if started.IsZero() {
+		started = now
+	}
+	w.started = append(w.started, &started)
+	w.haserr = append(w.haserr, o.Error != nil)
+}
+
+// history records an attempts row for an outcome.
+func (w *logWrites) history(o outbox.Outcome, tenant, outcome string, now time.Time) {
+	var code, msg *string
+	if o.Error != nil {
+		code, msg = nullText(o.Error.Code), nullText(o.Error.Message)
+	}
+	started := o.StartedAt
+	if started.IsZero() {
+		started = now
+	}
+	w.aID, w.aTenant, w.aOutcome = append(w.aID, nullText(o.ID)), append(w.aTenant, &tenant), append(w.aOutcome, &outcome)
+	w.aCode, w.aMsg, w.aResp = append(w.aCode, code), append(w.aMsg, msg), append(w.aResp, jsonText(o.ProviderResponse))
+	w.aNumber = append(w.aNumber, int32(o.Attempt)) //nolint:gosec // attempts are small
+	var next *time.Time
+	if o.Kind == outbox.OutcomeRetry {
+		next = nullTime(o.NextAttemptAt)
+	}
+	w.aNext, w.aStarted = append(w.aNext, next), append(w.aStarted, &started)
+}
+
+// mark records a group's new mark.
+func (w *logWrites) mark(g logGroupKey, kind string, done, upto int64, token, owner string, at time.Time) {
+	w.kTenant, w.kTopic, w.kGrp, w.kPart = append(w.kTenant, g.tenant), append(w.kTopic, g.topic), append(w.kGrp, g.grp), append(w.kPart, g.part)
+	w.kKind, w.kDone, w.kUpto, w.kAt = append(w.kKind, kind), append(w.kDone, done), append(w.kUpto, upto), append(w.kAt, at)
+	w.kToken, w.kOwner = append(w.kToken, nullText(token)), append(w.kOwner, nullText(owner))
+}
+
+func (w *logWrites) args(now time.Time) []any {
+	return []any{now, w.id, w.kind, w.attempt, w.next, w.code, w.msg, w.pmid, w.resp, w.block, w.started, w.haserr,
+		w.aID, w.aTenant, w.aNumber, w.aOutcome, w.aCode, w.aMsg, w.aResp, w.aNext, w.aStarted,
+		w.kTenant, w.kTopic, w.kGrp, w.kPart, w.kKind, w.kDone, w.kUpto, w.kToken, w.kOwner, w.kAt}
+}
+
+// logFinish is MessageFinish on the append-only path. Each outcome is
+// fenced by its group's latest mark: the lease of this owner under the
+// outcome's claim token, covering the message, at the outcome's attempt.
+// A run's messages finished in order (sent, or dead letters that do not
+// hold the group) move the group's done forward with no write to their
+// rows; the run's lease ends at its first message given back (retried,
+// released, or a dead letter that holds the group), or once every message
+// of the run has an outcome; until then a lease mark records the progress.
+func (s *Store) logFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
+	now := s.at(p.Now)
+	owner := text(p.Owner)
+	byID := make(map[string]outbox.Outcome, len(p.Outcomes))
+	ids := make([]string, 0, len(p.Outcomes))
+	for _, o := range p.Outcomes {
+		byID[o.ID] = o
+		ids = append(ids, o.ID)
+	}
+	applied := make(map[string]bool, len(ids))
+	err := s.logTx(ctx, func(tx pgx.Tx) error {
+		clear(applied)
+		var ts, ps, gs []string
+		var parts []int64
+		rows, err := tx.Query(ctx, s.lsql.logLockGroups, ids, s.groupNS+logClaimLockKey)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var g logGroupKey
+			if err := rows.Scan(&g.tenant, &g.topic, &g.grp, &g.part); err != nil {
+				rows.Close()
+				return err
+			}
+			ts, ps, gs, parts = append(ts, g.tenant), append(ps, g.topic), append(gs, g.grp), append(parts, g.part)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(gs) == 0 {
+			return nil
+		}
+		runs, order, err := s.logRuns(ctx, tx, ts, ps, gs, parts)
+		if err != nil {
+			return err
+		}
+		var w logWrites
+		for _, g := range order {
+			logFinishRun(&w, g, runs[g], byID, owner, now, applied)
+		}
+		if len(w.kTenant) == 0 && len(w.id) == 0 {
+			return nil
+		}
+		_, err = tx.Exec(ctx, s.lsql.logWrite, w.args(now)...)
+		return err
+	})
+	if err != nil {
+		return outbox.FinishResult{}, wrapErr("finish", err)
+	}
+	var res outbox.FinishResult
+	for _, o := range p.Outcomes {
+		if !applied[o.ID] {
+			res.LeaseLost = append(res.LeaseLost, o.ID)
+		}
+	}
+	return res, nil
+}
+
+// logRuns reads the groups' latest marks and leased runs (logRuns).
+func (s *Store) logRuns(ctx context.Context, tx pgx.Tx, ts, ps, gs []string, parts []int64) (map[logGroupKey]*logRun, []logGroupKey, error) {
+	rows, err := tx.Query(ctx, s.lsql.logRuns, ts, ps, gs, parts)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	runs := map[logGroupKey]*logRun{}
+	var order []logGroupKey
+	for rows.Next() {
+		var g logGroupKey
+		var kind, token, owner, id, status *string
+		var done, upto, seq *int64
+		var at *time.Time
+		var attempts, recoveries *int32
+		if err := rows.Scan(&g.tenant, &g.topic, &g.grp, &g.part, &kind, &done, &upto, &token, &owner, &at,
+			&id, &seq, &status, &attempts, &recoveries); err != nil {
+			return nil, nil, err
+		}
+		r, ok := runs[g]
+		if !ok {
+			r = &logRun{kind: deref(kind), token: deref(token), owner: deref(owner), at: derefTime(at)}
+			if done != nil {
+				r.done, r.upto = *done, *upto
+			}
+			runs[g] = r
+			order = append(order, g)
+		}
+		if id != nil {
+			r.rows = append(r.rows, logRunRow{id: *id, seq: *seq, status: *status, attempts: int(*attempts), recoveries: int(*recoveries)})
+		}
+	}
+	return runs, order, rows.Err()
+}
+
+// logFinishRun fences the outcomes of one group's run and records what
+// they write.
+func logFinishRun(w *logWrites, g logGroupKey, r *logRun, byID map[string]outbox.Outcome, owner string, now time.Time, applied map[string]bool) {
+	if r.kind != "lease" || r.owner != owner {
+		return
+	}
+	sort.Slice(r.rows, func(i, j int) bool { return r.rows[i].seq < r.rows[j].seq })
+	inRun := 0
+	var stop int64 // the first message given back, 0: none
+	done, open, resolved := r.done, true, true
+	for _, row := range r.rows {
+		o, ok := byID[row.id]
+		if ok && (o.ClaimToken != r.token || row.status != "PENDING" || o.Attempt != row.attempts+1) {
+			ok = false
+		}
+		if !ok {
+			resolved = false
+			open = false
+			continue
+		}
+		inRun++
+		applied[row.id] = true
+		finished := o.Kind == outbox.OutcomeSent || (o.Kind == outbox.OutcomeDead && !o.BlockGroup)
+		if open && finished {
+			done = row.seq
+		} else if open {
+			open = false
+			stop = row.seq
+			done = row.seq - 1
+		}
+		switch o.Kind {
+		case outbox.OutcomeSent:
+			// In the run's order with nothing to keep: the mark says it all.
+			if row.seq > done || o.ProviderMessageID != "" || len(o.ProviderResponse) > 0 {
+				w.row(o, now)
+			}
+			if o.Attempt != 1 || row.recoveries != 0 {
+				w.history(o, g.tenant, "SUCCEEDED", now)
+			}
+		case outbox.OutcomeRetry:
+			w.row(o, now)
+			w.history(o, g.tenant, "RETRY", now)
+		case outbox.OutcomeDead:
+			w.row(o, now)
+			w.history(o, g.tenant, "FAILED", now)
+		case outbox.OutcomeReleased:
+			if !o.NextAttemptAt.IsZero() || o.Error != nil {
+				w.row(o, now)
+			}
+		}
+	}
+	if inRun == 0 {
+		return
+	}
+	switch {
+	case stop > 0 || resolved:
+		if open {
+			done = r.upto
+		}
+		w.mark(g, "done", done, done, "", "", now)
+	default:
+		w.mark(g, "lease", done, r.upto, r.token, r.owner, now)
+	}
+}
