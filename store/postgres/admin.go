@@ -116,6 +116,21 @@ func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueM
 		if p.DryRun || len(seqs) == 0 {
 			return nil
 		}
+		moveWhere, keepWhere := "grp <> '' AND NOT blocks_group", "(grp = '' OR blocks_group)"
+		if s.logMode {
+			// The groups' claim locks first (logOperate), and an unordered
+			// dead letter moves to the end too: its own done mark has
+			// passed its old place.
+			moveWhere, keepWhere = "NOT blocks_group", "blocks_group"
+			r, err := tx.Query(ctx, s.lsql.logLockGroups, res.IDs, s.groupNS+logClaimLockKey)
+			if err != nil {
+				return err
+			}
+			r.Close()
+			if err := r.Err(); err != nil {
+				return err
+			}
+		}
 		// A first-attempt success kept on the message row moves to the
 		// attempts table before the requeue clears it (see finishSQL).
 		if _, err := tx.Exec(ctx, `INSERT INTO `+s.attempts+` (message_id, tenant, number, outcome, provider_response, started_at, finished_at)
@@ -136,16 +151,21 @@ func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueM
 			next_attempt_at = $1, updated_at = $1, claimed_at = NULL, claimed_by = NULL, claim_token = NULL, blocks_group = false,
 			sent_response = NULL, sent_started_at = NULL, sent_finished_at = NULL`
 		moved, err := tx.Exec(ctx, `UPDATE `+s.messages+` SET seq = DEFAULT, `+set+`
-			WHERE id = ANY($2::text[]) AND status = 'FAILED' AND grp <> '' AND NOT blocks_group`, p.Now, res.IDs)
+			WHERE id = ANY($2::text[]) AND status = 'FAILED' AND `+moveWhere, p.Now, res.IDs)
 		if err != nil {
 			return err
 		}
 		kept, err := tx.Exec(ctx, `UPDATE `+s.messages+` SET `+set+`
-			WHERE id = ANY($2::text[]) AND status = 'FAILED' AND (grp = '' OR blocks_group)`, p.Now, res.IDs)
+			WHERE id = ANY($2::text[]) AND status = 'FAILED' AND `+keepWhere, p.Now, res.IDs)
 		if err != nil {
 			return err
 		}
 		res.Requeued = int(moved.RowsAffected() + kept.RowsAffected())
+		if s.logMode && res.Requeued > 0 {
+			if _, err := tx.Exec(ctx, s.lsql.logWake, res.IDs, p.Now); err != nil {
+				return err
+			}
+		}
 		if res.Requeued > 0 {
 			_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
 		}

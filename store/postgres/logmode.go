@@ -1,6 +1,12 @@
 package postgres
 
-import "strings"
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // logSQL holds the append-only path's statements, rendered once for the
 // store's tables.
@@ -8,6 +14,15 @@ type logSQL struct {
 	logCandidates, logTake, logBackstop string
 	logLockGroups, logRuns, logWrite    string
 	logExpired, logRecover              string
+	logWake                             string
+	// The operator's statements, for the append-only path: a cancel
+	// checks the message's state through the view; a requeue moves an
+	// unordered dead letter to the end too (its own group's done mark has
+	// passed its old place).
+	cancel, requeue string
+	// prune finds its victims through the view (a message its group's
+	// marks finished is still PENDING in its row).
+	prune string
 }
 
 // marks, groups and the state view of the append-only path (migration 13).
@@ -28,6 +43,18 @@ func buildLogSQL(s *Store) logSQL {
 		logWrite:      q(logWrite),
 		logExpired:    q(logExpired),
 		logRecover:    q(logRecover),
+		logWake:       q(logWake),
+		// The victims are not row-locked (a view of joins cannot be);
+		// the delete checks each row's time again, so a dead letter
+		// requeued meanwhile (its time moved to the requeue's) is kept.
+		prune: strings.NewReplacer("SELECT id FROM "+s.messages, "SELECT id FROM "+s.stateView(),
+			"FOR UPDATE SKIP LOCKED", "",
+			"WHERE m.id = v.id RETURNING", "WHERE m.id = v.id AND m.updated_at < $1 RETURNING").Replace(s.sql.prune),
+		cancel: strings.Replace(s.sql.cancel, "AND status IN ('PENDING', 'FAILED')",
+			"AND status IN ('PENDING', 'FAILED') AND id IN (SELECT v.id FROM "+s.stateView()+
+				" v WHERE v.tenant = $1 AND v.id = $2 AND v.status IN ('PENDING', 'FAILED'))", 1),
+		requeue: strings.NewReplacer("(old.blocks_group OR old.grp = '')", "old.blocks_group",
+			"NOT old.blocks_group AND old.grp <> ''", "NOT old.blocks_group").Replace(s.sql.requeue),
 	}
 }
 
@@ -48,4 +75,46 @@ func (s *Store) reads() *sqlText {
 		return &s.lread
 	}
 	return &s.sql
+}
+
+// logWake inserts a done mark, at the group's current done, for each group
+// of the messages ids whose latest mark is not a lease: an operator's
+// change (a cancel, a requeue) that may free a group is then seen by every
+// store's next claim, through the marks window. The caller holds the
+// groups' claim locks (logLockGroups), so no claim's lease can be passed
+// over.
+const logWake = `INSERT INTO {K} (tenant, topic, grp, part, kind, done, upto, at)
+SELECT g.tenant, g.topic, g.grp, g.part, 'done', coalesce(k.done, 0), coalesce(k.done, 0), $2
+FROM (SELECT DISTINCT tenant, topic, grp, CASE WHEN grp = '' THEN seq ELSE 0 END AS part FROM {T}
+	WHERE id = ANY($1::text[])) g
+LEFT JOIN LATERAL (` + logLatest + `) k ON true
+WHERE k.kind IS DISTINCT FROM 'lease'`
+
+// logOperate runs an operator's change of the messages ids on the
+// append-only path: in one transaction, with their groups' claim locks
+// held (so no claim or outcome runs beside it), then wakes their groups.
+func (s *Store) logOperate(ctx context.Context, ids []string, now time.Time, fn func(tx pgx.Tx) error) error {
+	return s.logTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, s.lsql.logLockGroups, ids, s.groupNS+logClaimLockKey)
+		if err != nil {
+			return err
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, s.lsql.logWake, ids, now)
+		return err
+	})
+}
+
+// pruneSQL is the prune statement of the store's path.
+func (s *Store) pruneSQL() string {
+	if s.logMode {
+		return s.lsql.prune
+	}
+	return s.sql.prune
 }

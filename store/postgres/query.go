@@ -166,7 +166,16 @@ func (s *Store) MessageCancel(ctx context.Context, p outbox.MessageCancelParams)
 	if s.opts.DisableNotify {
 		channel = ""
 	}
-	m, err := scanMessage(s.db.QueryRow(ctx, s.sql.cancel, text(p.Tenant), text(p.ID), s.at(p.Now), channel))
+	var m outbox.Message
+	var err error
+	if s.logMode {
+		err = s.logOperate(ctx, []string{text(p.ID)}, s.at(p.Now), func(tx pgx.Tx) error {
+			m, err = scanMessage(tx.QueryRow(ctx, s.lsql.cancel, text(p.Tenant), text(p.ID), s.at(p.Now), channel))
+			return err
+		})
+	} else {
+		m, err = scanMessage(s.db.QueryRow(ctx, s.sql.cancel, text(p.Tenant), text(p.ID), s.at(p.Now), channel))
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return outbox.Message{}, s.transitionErr(ctx, p.Tenant, p.ID, outbox.EventCancel)
 	}
@@ -188,7 +197,16 @@ func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParam
 	if s.opts.DisableNotify {
 		channel = ""
 	}
-	m, err := scanMessage(s.db.QueryRow(ctx, s.sql.requeue, text(p.Tenant), text(p.ID), s.at(p.Now), channel, s.groupNS))
+	var m outbox.Message
+	var err error
+	if s.logMode {
+		err = s.logOperate(ctx, []string{text(p.ID)}, s.at(p.Now), func(tx pgx.Tx) error {
+			m, err = scanMessage(tx.QueryRow(ctx, s.lsql.requeue, text(p.Tenant), text(p.ID), s.at(p.Now), channel, s.groupNS))
+			return err
+		})
+	} else {
+		m, err = scanMessage(s.db.QueryRow(ctx, s.sql.requeue, text(p.Tenant), text(p.ID), s.at(p.Now), channel, s.groupNS))
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return outbox.Message{}, s.transitionErr(ctx, p.Tenant, p.ID, outbox.EventRequeue)
 	}
@@ -286,12 +304,12 @@ func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (
 	before := p.Before.UTC().Truncate(time.Microsecond)
 	var n int
 	if p.DryRun {
-		if err := s.db.QueryRow(ctx, s.sql.pruneCount, before, sts, p.Topic).Scan(&n); err != nil {
+		if err := s.db.QueryRow(ctx, s.reads().pruneCount, before, sts, p.Topic).Scan(&n); err != nil {
 			return 0, wrapErr("prune: count", err)
 		}
 		return n, nil
 	}
-	if err := s.db.QueryRow(ctx, s.sql.prune, before, limit, sts, p.Topic).Scan(&n); err != nil {
+	if err := s.db.QueryRow(ctx, s.pruneSQL(), before, limit, sts, p.Topic).Scan(&n); err != nil {
 		return 0, wrapErr("prune", err)
 	}
 	// After a large prune the statistics describe a table that is gone.

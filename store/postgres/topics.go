@@ -59,7 +59,7 @@ func (s *Store) MessagePendingTopics(ctx context.Context, p outbox.MessagePendin
 		exclude = []string{}
 	}
 	var out []outbox.PendingTopic
-	err := s.planned(ctx, s.sql.pendingTopics, []any{p.DueBefore, exclude}, func(r pgx.Rows) error {
+	err := s.planned(ctx, s.reads().pendingTopics, []any{p.DueBefore, exclude}, func(r pgx.Rows) error {
 		var t outbox.PendingTopic
 		var oldest time.Time
 		if err := r.Scan(&t.Topic, &t.Messages, &oldest); err != nil {
