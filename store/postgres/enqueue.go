@@ -214,7 +214,7 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 	if !notify {
 		args = args[:13]
 	}
-	r, err := query(ctx, s.sql.enqueueStmt(n == 1, notify, unchecked(msgs)), args...)
+	r, err := query(ctx, s.enqueueSQL().enqueueStmt(n == 1, notify, unchecked(msgs)), args...)
 	if err != nil {
 		return nil, enqueueErr(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outboxkit/internal/pglog"
 )
 
 // logSQL holds the append-only path's statements, rendered once for the
@@ -23,10 +25,13 @@ type logSQL struct {
 	// prune finds its victims through the view (a message its group's
 	// marks finished is still PENDING in its row).
 	prune string
+	// enqueue registers each ordered group the first time it is enqueued
+	// to (the backstop's list); sqlText's other statements are unused.
+	enqueue sqlText
 }
 
 // marks, groups and the state view of the append-only path (migration 13).
-func (s *Store) marksTable() string { return s.schema + "." + s.prefix + "marks" }
+func (s *Store) marksTable() string  { return s.schema + "." + s.prefix + "marks" }
 func (s *Store) groupsTable() string { return s.schema + "." + s.prefix + "groups" }
 func (s *Store) stateView() string   { return s.schema + "." + s.prefix + "message_state" }
 
@@ -34,7 +39,18 @@ func buildLogSQL(s *Store) logSQL {
 	r := strings.NewReplacer("{T}", s.messages, "{K}", s.marksTable(), "{G}", s.groupsTable(), "{P}", s.pauses,
 		"{A}", s.attempts, "{CLAIMED}", claimedCols())
 	q := r.Replace
+	var enq sqlText
+	for v, stmt := range s.sql.enqueue {
+		enq.enqueue[v] = strings.Replace(stmt, "), ins AS (", `), reg AS (
+	-- The group registry (append-only path): a probe, and an insert the
+	-- first time only.
+	INSERT INTO `+s.groupsTable()+` (tenant, topic, grp)
+	SELECT DISTINCT i.tenant, i.topic, i.grp FROM input i CROSS JOIN locks l WHERE i.grp <> '' AND l.n >= 0
+	ON CONFLICT DO NOTHING
+), ins AS (`, 1)
+	}
 	return logSQL{
+		enqueue:       enq,
 		logCandidates: q(logCandidates),
 		logTake:       q(logTake),
 		logBackstop:   q(logBackstop),
@@ -117,4 +133,16 @@ func (s *Store) pruneSQL() string {
 		return s.lsql.prune
 	}
 	return s.sql.prune
+}
+
+func init() {
+	pglog.Enable = func(st any) { st.(*Store).enableLogMode() }
+}
+
+// enqueueSQL holds the enqueue statements of the store's path.
+func (s *Store) enqueueSQL() *sqlText {
+	if s.logMode {
+		return &s.lsql.enqueue
+	}
+	return &s.sql
 }

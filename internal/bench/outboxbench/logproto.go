@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -181,7 +182,17 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $6::timestamptz[],
 CROSS JOIN LATERAL (` + lpLatest + `) m WHERE m.kind = 'lease' AND m.token = $5
 RETURNING grp`
 
+// lpNoJIT turns PostgreSQL's JIT compiler off for the transaction. The
+// candidates statement's estimated cost grows with the tables (its
+// lateral lookups are costed per group from the tables' statistics), and
+// once it passes jit_above_cost (100,000 by default) the server compiles
+// it on every execution: 841 ms of JIT for 19 ms of work, measured 2
+// minutes into a held run. JIT pays for long analytic queries; a claim
+// never is one.
+const lpNoJIT = `SET LOCAL jit = off`
+
 type lpStore struct {
+	jit    bool // leave JIT to the server's setting (to measure what it costs)
 	pool   *pgxpool.Pool
 	schema string
 	q      map[string]string
@@ -247,6 +258,69 @@ type lpClaimer struct {
 	markSeen        int64     // the last mark the candidates read (less the margin next time: late commits)
 	dueFrom         time.Time // the time windows (retries due, leases expired) start here
 	lease           time.Duration
+	explainEvery    time.Duration // set: print EXPLAIN (ANALYZE, BUFFERS) of the claim's statements this often
+	nextExplain     time.Time
+}
+
+// explain prints the plans of the claim's two statements, as the next
+// claim would run them, executed in a transaction that is rolled back
+// (the take's lease marks and the locks go with it).
+func (c *lpClaimer) explain(ctx context.Context, from int64, lease float64) error {
+	tx, err := c.s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if !c.s.jit {
+		if _, err := tx.Exec(ctx, lpNoJIT); err != nil {
+			return err
+		}
+	}
+	args := []any{from, c.window, c.limit, c.perGrp, max(c.markSeen-int64(c.margin), 0), c.dueFrom, lease}
+	out := fmt.Sprintf("--- explain at claim %d (floor %d, markSeen %d, dueFrom %s)\n", c.claims, c.floor, c.markSeen, c.dueFrom.Format(time.RFC3339Nano))
+	var ts, ps, gs []string
+	var parts []int64
+	rows, err := tx.Query(ctx, c.s.q["cand"], args...)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var t, p, g *string
+		var part, f, mk *int64
+		var at *time.Time
+		if err := rows.Scan(&t, &p, &g, &part, &f, &mk, &at); err != nil {
+			return err
+		}
+		if g != nil {
+			ts, ps, gs, parts = append(ts, *t), append(ps, *p), append(gs, *g), append(parts, *part)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, q := range []struct {
+		name string
+		sql  string
+		args []any
+	}{{"cand", c.s.q["cand"], args}, {"take", c.s.q["take"], []any{ts, ps, gs, c.perGrp, int64(1), lease, parts}}} {
+		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q.sql, q.args...)
+		if err != nil {
+			return err
+		}
+		out += "-- " + q.name + "\n"
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				return err
+			}
+			out += line + "\n"
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprint(os.Stderr, out)
+	return nil
 }
 
 // claim leases up to limit messages; it returns them with the runs to
@@ -259,7 +333,14 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 	started := time.Now()
 	if rescan {
 		var floor *int64
-		if err := c.s.pool.QueryRow(ctx, c.s.q["backstop"]).Scan(&floor); err != nil {
+		if err := pgx.BeginFunc(ctx, c.s.pool, func(tx pgx.Tx) error {
+			if !c.s.jit {
+				if _, err := tx.Exec(ctx, lpNoJIT); err != nil {
+					return err
+				}
+			}
+			return tx.QueryRow(ctx, c.s.q["backstop"]).Scan(&floor)
+		}); err != nil {
 			return nil, nil, 0, err
 		}
 		if floor != nil {
@@ -267,9 +348,20 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 		}
 	}
 	from := max(c.floor-int64(c.margin), 0)
+	if c.explainEvery > 0 && time.Now().After(c.nextExplain) {
+		c.nextExplain = time.Now().Add(c.explainEvery)
+		if err := c.explain(ctx, from, cmp.Or(c.lease, 30*time.Second).Seconds()); err != nil {
+			return nil, nil, 0, fmt.Errorf("explain: %w", err)
+		}
+	}
 	var msgs []outbox.Message
 	var runs []lpRun
 	err := pgx.BeginFunc(ctx, c.s.pool, func(tx pgx.Tx) error {
+		if !c.s.jit {
+			if _, err := tx.Exec(ctx, lpNoJIT); err != nil {
+				return err
+			}
+		}
 		lease := cmp.Or(c.lease, 30*time.Second).Seconds()
 		rows, err := tx.Query(ctx, c.s.q["cand"], from, c.window, c.limit, c.perGrp, max(c.markSeen-int64(c.margin), 0), c.dueFrom, lease)
 		if err != nil {
@@ -363,6 +455,11 @@ func (s *lpStore) finish(ctx context.Context, runs []lpRun, token int64) (applie
 		ts[i], ps[i], gs[i], up[i], at[i], parts[i] = r.tenant, r.topic, r.grp, r.upto, r.retryAt, r.part
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if !s.jit {
+			if _, err := tx.Exec(ctx, lpNoJIT); err != nil {
+				return err
+			}
+		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(2, h) FROM (SELECT DISTINCT hashtext(t || '/' || p || '/' || g || '/' || part) AS h
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS u(t, p, g, part) ORDER BY 1) x`, ts, ps, gs, parts); err != nil {
 			return err
@@ -420,11 +517,14 @@ func lpWorkers(ctx context.Context, ws *lpStore, pub *fifoPublisher, procs int, 
 	var wg sync.WaitGroup
 	errs := make(chan error, procs)
 	var nClaims, nRescans atomic.Int64
-	for range procs {
+	for w := range procs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			cl := &lpClaimer{s: ws, window: 1000 + 4*c.claimBatch, perGrp: 100, limit: c.claimBatch, margin: 1000}
+			if w == 0 {
+				cl.explainEvery = c.lpExplain
+			}
 			defer func() { nClaims.Add(int64(cl.claims)); nRescans.Add(int64(cl.rescans)) }()
 			for ctx.Err() == nil {
 				msgs, runs, token, err := cl.claim(ctx)
@@ -561,5 +661,5 @@ func lpWorkerStore(ctx context.Context, c config, s *lpStore, procs int) (ws *lp
 		unhold()
 		return nil, nil, err
 	}
-	return &lpStore{pool: wpool, schema: s.schema, q: s.q}, func() { wpool.Close(); unhold() }, nil
+	return &lpStore{pool: wpool, schema: s.schema, q: s.q, jit: c.lpJIT}, func() { wpool.Close(); unhold() }, nil
 }

@@ -47,6 +47,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outboxkit/internal/pglog"
 	"github.com/outboxkit/outboxkit/outbox"
 	"github.com/outboxkit/outboxkit/store/postgres"
 )
@@ -69,6 +70,8 @@ type config struct {
 	claimBatch  int
 	hold        bool // continuous: a session of its own holds the cleanup horizon for the whole run
 	lpGroups    int  // logproto continuous: the producers' groups
+	lpExplain   time.Duration
+	lpJIT       bool
 }
 
 func main() {
@@ -84,6 +87,7 @@ func main() {
 	holdFor := flag.Duration("hold-for", 70*time.Second, "with -mode hold: how long")
 	schema := flag.String("schema", "", "internal: schema for child modes")
 	flag.BoolVar(&noNotify, "no-notify", false, "stores run with Options.DisableNotify (polling only)")
+	flag.BoolVar(&pgLog, "pg-log", false, "the PostgreSQL store runs its append-only path (issue #28; not yet an option of the store)")
 	flag.BoolVar(&asyncCommit, "async-commit", false, "stores run with Options.AsyncCommit")
 	flag.IntVar(&maxUnrecorded, "max-unrecorded", 0, "the processors' Config.MaxUnrecordedOutcomes (default: outbox's default, PublishBatchSize)")
 	flag.BoolVar(&deleteSent, "delete-sent", false, "the PostgreSQL processors delete the messages they send (Options.DeleteSentTopics)")
@@ -98,6 +102,8 @@ func main() {
 	drainN := flag.Int("drain-n", 0, "messages per drain (default 100,000, 20,000 with -quick)")
 	procs := flag.String("procs", "1,4", "comma-separated processor counts for the drain")
 	flag.IntVar(&c.lpGroups, "lp-groups", 1000, "logproto continuous: the groups the producers spread over (a multiple of 4)")
+	flag.DurationVar(&c.lpExplain, "lp-explain", 0, "logproto: one worker prints EXPLAIN (ANALYZE, BUFFERS) of its claim's statements this often (0: never)")
+	flag.BoolVar(&c.lpJIT, "lp-jit", false, "logproto: leave the server's JIT setting on in the claims and finishes (to measure what it costs)")
 	flag.BoolVar(&c.hold, "hold", false, "drain and continuous: a session of its own holds the cleanup horizon (BEGIN; SELECT txid_current(); then idle) for the whole run")
 	flag.Parse()
 	log.SetFlags(0)
@@ -437,7 +443,7 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-var noNotify, asyncCommit, workDetail, deleteSent, sharedGroups bool
+var noNotify, asyncCommit, workDetail, deleteSent, sharedGroups, pgLog bool
 
 // maxUnrecorded is the processors' Config.MaxUnrecordedOutcomes (0: the
 // default).
@@ -477,7 +483,7 @@ func fresh(ctx context.Context, pool *pgxpool.Pool, opts postgres.Options) (*pos
 	var b [5]byte
 	_, _ = rand.Read(b[:])
 	opts.Schema = "bench_" + hex.EncodeToString(b[:])
-	s, err := postgres.New(pool, opts)
+	s, err := newPGStore(pool, opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -485,6 +491,16 @@ func fresh(ctx context.Context, pool *pgxpool.Pool, opts postgres.Options) (*pos
 		return nil, nil, err
 	}
 	return s, func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+opts.Schema+" CASCADE") }, nil
+}
+
+// newPGStore is postgres.New, switched to the append-only path (issue
+// #28) with -pg-log.
+func newPGStore(pool *pgxpool.Pool, opts postgres.Options) (*postgres.Store, error) {
+	s, err := postgres.New(pool, opts)
+	if err == nil && pgLog {
+		pglog.Enable(s)
+	}
+	return s, err
 }
 
 // payload returns a ~200-byte JSON document.
@@ -720,7 +736,7 @@ func runProcessors(ctx context.Context, dsn string, s *postgres.Store, pub outbo
 		if deleteSent {
 			opts.DeleteSentTopics = []string{"bench"}
 		}
-		ps, err := postgres.New(pool, opts)
+		ps, err := newPGStore(pool, opts)
 		if err != nil {
 			return fail(err)
 		}
@@ -796,6 +812,9 @@ func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) (f
 	// batches are part of the work, and River's figure (../shared/bench/river)
 	// ends when every job is completed in its table.
 	q := "SELECT EXISTS (SELECT 1 FROM " + s.MessagesTable() + " WHERE status IN ('PENDING', 'PROCESSING'))"
+	if pgLog {
+		q = logUnfinished(s)
+	}
 	if err := untilRecorded(func() (left bool, err error) {
 		return left, pool.QueryRow(ctx, q).Scan(&left)
 	}); err != nil {
@@ -841,6 +860,20 @@ func benchDrain(ctx context.Context, c config, pool *pgxpool.Pool, procs int) (f
 		cpuNote += ", deleted on send"
 	}
 	return float64(c.drainN) / elapsed.Seconds(), drainNote(pub, cnt, c.drainN, cpuNote), nil
+}
+
+// logUnfinished is whether a group of s has a message its marks have not
+// finished, on the append-only path (its rows stay PENDING): per registered
+// group, its latest mark and its first waiting message past it.
+func logUnfinished(s *postgres.Store) string {
+	p := s.Schema() + ".outbox_"
+	return `SELECT EXISTS (SELECT 1 FROM ` + p + `groups g
+	LEFT JOIN LATERAL (SELECT k.kind, k.done FROM ` + p + `marks k
+		WHERE k.tenant = g.tenant AND k.topic = g.topic AND k.grp = g.grp AND k.part = 0
+		ORDER BY k.tenant, k.topic, k.grp, k.part, k.mseq DESC LIMIT 1) k ON true
+	WHERE k.kind IS DISTINCT FROM 'done' OR EXISTS (SELECT 1 FROM ` + s.MessagesTable() + ` m
+		WHERE m.tenant = g.tenant AND m.topic = g.topic AND m.grp = g.grp AND m.grp <> ''
+			AND (m.status = 'PENDING' OR m.blocks_group) AND m.seq > k.done))`
 }
 
 // untilRecorded polls unfinished every 2 ms until it reports no message
@@ -1013,7 +1046,7 @@ func benchRSS(ctx context.Context, c config, pool *pgxpool.Pool) (row, error) {
 	if err != nil {
 		return row{}, err
 	}
-	args := []string{"-mode", "drain-rss", "-schema", s.Schema(), "-dsn", c.dsn, fmt.Sprintf("-async-commit=%v", asyncCommit)}
+	args := []string{"-mode", "drain-rss", "-schema", s.Schema(), "-dsn", c.dsn, fmt.Sprintf("-async-commit=%v", asyncCommit), fmt.Sprintf("-pg-log=%v", pgLog)}
 	if c.quick {
 		args = append(args, "-quick")
 	}
@@ -1041,7 +1074,7 @@ func childDrain(ctx context.Context, c config, schema string) error {
 		return err
 	}
 	defer pool.Close()
-	s, err := postgres.New(pool, postgres.Options{Schema: schema, AsyncCommit: asyncCommit})
+	s, err := newPGStore(pool, postgres.Options{Schema: schema, AsyncCommit: asyncCommit})
 	if err != nil {
 		return err
 	}
