@@ -11,14 +11,14 @@ import (
 
 var _ outbox.Admin = (*Store)(nil)
 
-// PausesTable returns the name of the pauses table (outbox.Admin), for the
-// claim's pause check.
+// PausesTable is the stores' PausesTable: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) PausesTable() string { return s.prefix + "pauses" }
 
-func (s *Store) timeArg(t time.Time) any { return s.d.Time(t.UTC().Truncate(time.Microsecond)) }
+func (s *Store) timeArg(t time.Time) any { return s.syntax.Time(t.UTC().Truncate(time.Microsecond)) }
 
-// MessageSearch implements outbox.Admin: messages of every tenant matching
-// p.Filter, in Seq order, a page at a time.
+// MessageSearch is the stores' MessageSearch: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessageSearch(ctx context.Context, p outbox.MessageSearchParams) (outbox.MessagePage, error) {
 	if err := outbox.ValidateSearch(&p); err != nil {
 		return outbox.MessagePage{}, err
@@ -43,9 +43,8 @@ func (s *Store) MessageSearch(ctx context.Context, p outbox.MessageSearchParams)
 	return page, nil
 }
 
-// MessageRequeueMany implements outbox.Admin: up to p.Limit FAILED messages
-// matching p.Filter after p.AfterSeq go back to PENDING (due p.Now,
-// attempts reset) in one transaction.
+// MessageRequeueMany is the stores' MessageRequeueMany: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueManyParams) (outbox.RequeueManyResult, error) {
 	if p.Now.IsZero() {
 		p.Now = s.now(time.Time{})
@@ -54,16 +53,16 @@ func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueM
 		return outbox.RequeueManyResult{}, err
 	}
 	var res outbox.RequeueManyResult
-	err := s.cfg.WriteTx(ctx, func(q Querier) error {
+	err := s.dialect.WriteTx(ctx, func(q Querier) error {
 		res = outbox.RequeueManyResult{}
 		a := &adminsql.Args{}
 		w := append(adminsql.Filter(p.Filter, "", a, s.timeArg), "seq > "+a.Add(p.AfterSeq))
 		lock := ""
 		if !p.DryRun {
-			lock = s.d.ForUpdate
+			lock = s.syntax.ForUpdate
 		}
 		var seqs []int64
-		err := s.scanRows(ctx, q, `SELECT seq, id FROM `+s.messages+adminsql.Where(w)+
+		err := scanRows(ctx, q, `SELECT seq, id FROM `+s.messages+adminsql.Where(w)+
 			` ORDER BY seq LIMIT `+a.Add(p.Limit+1)+lock, a.Vals, func(r *sql.Rows) error {
 			var seq int64
 			var id string
@@ -105,8 +104,8 @@ func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueM
 	return res, nil
 }
 
-// TopicStats implements outbox.Admin. It reads the whole messages table
-// (of the selected tenants): an operator's query, not one for a hot path.
+// TopicStats is the stores' TopicStats: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) TopicStats(ctx context.Context, p outbox.TopicStatsParams) ([]outbox.TopicStat, error) {
 	f := outbox.MessageFilter{Tenants: p.Tenants}
 	if err := f.Validate(); err != nil {
@@ -115,7 +114,7 @@ func (s *Store) TopicStats(ctx context.Context, p outbox.TopicStatsParams) ([]ou
 	a := &adminsql.Args{}
 	w := adminsql.Filter(f, "", a, s.timeArg)
 	var out []outbox.TopicStat
-	err := s.scanRows(ctx, s.db, `SELECT topic, status, COUNT(*), MIN(created_at) FROM `+s.messages+
+	err := scanRows(ctx, s.db, `SELECT topic, status, COUNT(*), MIN(created_at) FROM `+s.messages+
 		adminsql.Where(w)+` GROUP BY topic, status ORDER BY topic`, a.Vals, func(r *sql.Rows) error {
 		var topic, status string
 		var n int64
@@ -132,13 +131,14 @@ func (s *Store) TopicStats(ctx context.Context, p outbox.TopicStatsParams) ([]ou
 	return out, nil
 }
 
-// PauseAdd implements outbox.Admin.
+// PauseAdd is the stores' PauseAdd: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) PauseAdd(ctx context.Context, p outbox.PauseAddParams) error {
 	if err := outbox.ValidatePause(p.Topic, p.Group, p.Tenant); err != nil {
 		return err
 	}
 	insert, conflict := `INSERT INTO `, ` ON CONFLICT DO NOTHING`
-	if s.d.Name == "mysql" {
+	if s.syntax.Name == "mysql" {
 		insert, conflict = `INSERT IGNORE INTO `, ``
 	}
 	_, err := s.db.ExecContext(ctx, insert+s.PausesTable()+` (pause_topic, pause_grp, pause_tenant, created_at)
@@ -149,7 +149,8 @@ func (s *Store) PauseAdd(ctx context.Context, p outbox.PauseAddParams) error {
 	return nil
 }
 
-// PauseRemove implements outbox.Admin.
+// PauseRemove is the stores' PauseRemove: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) PauseRemove(ctx context.Context, p outbox.PauseRemoveParams) (bool, error) {
 	if err := outbox.ValidatePause(p.Topic, p.Group, p.Tenant); err != nil {
 		return false, err
@@ -166,20 +167,21 @@ func (s *Store) PauseRemove(ctx context.Context, p outbox.PauseRemoveParams) (bo
 	return n > 0, nil
 }
 
-// PauseList implements outbox.Admin.
+// PauseList is the stores' PauseList: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) PauseList(ctx context.Context, _ outbox.PauseListParams) ([]outbox.Pause, error) {
-	out, err := s.Pauses(ctx, s.db)
+	out, err := Pauses(ctx, s.db, s.PausesTable())
 	if err != nil {
 		return nil, s.errorf("pauses", err)
 	}
 	return out, nil
 }
 
-// Pauses reads every pause with q (the claim reads them in its
-// transaction).
-func (s *Store) Pauses(ctx context.Context, q Querier) ([]outbox.Pause, error) {
+// Pauses reads every pause of the pauses table with q (the claim reads
+// them in its transaction).
+func Pauses(ctx context.Context, q Querier, table string) ([]outbox.Pause, error) {
 	var out []outbox.Pause
-	err := s.scanRows(ctx, q, `SELECT pause_topic, pause_grp, pause_tenant, created_at FROM `+s.PausesTable()+
+	err := scanRows(ctx, q, `SELECT pause_topic, pause_grp, pause_tenant, created_at FROM `+table+
 		` ORDER BY pause_topic, pause_grp, pause_tenant`, nil, func(r *sql.Rows) error {
 		var p outbox.Pause
 		var at Time

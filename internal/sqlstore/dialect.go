@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"time"
+
+	"github.com/outboxkit/outboxkit/outbox"
 )
 
 // Querier is what *sql.DB, *sql.Tx and *sql.Conn offer.
@@ -14,9 +16,33 @@ type Querier interface {
 	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
 }
 
-// Dialect is what differs between the databases at the level of SQL text
+// Dialect is what each store does its own way, called by the shared code:
+// its transactions and the three operations whose SQL differs in substance
+// between the databases (the insert, the claim and the batch of outcomes).
+// The shared code validates and stamps the call first; a Dialect's methods
+// receive valid params and the call's time, and use the package's helpers
+// (scanning, attempt rows) but never call back into Store.
+type Dialect interface {
+	// WriteTx runs fn in a store-owned write transaction and commits it
+	// when fn returns nil (rolls back otherwise).
+	WriteTx(ctx context.Context, fn func(q Querier) error) error
+	// MigrateTx runs fn holding the store's migration lock (for MySQL, a
+	// named lock on one connection; for SQLite, a write transaction).
+	MigrateTx(ctx context.Context, fn func(q Querier) error) error
+	// Insert inserts prepared messages with q (the caller's transaction or
+	// one of WriteTx's).
+	Insert(ctx context.Context, q Querier, msgs []outbox.Message) ([]outbox.Enqueued, error)
+	// Claim leases messages in a transaction of its own; p is valid and
+	// now is the claim's time.
+	Claim(ctx context.Context, p outbox.MessageClaimParams, now time.Time) ([]outbox.Message, error)
+	// Finish records a valid, non-empty batch of outcomes at now and
+	// reports how many it applied.
+	Finish(ctx context.Context, p outbox.MessageFinishParams, now time.Time) (res outbox.FinishResult, applied int, err error)
+}
+
+// Syntax is what differs between the databases at the level of SQL text
 // and arguments.
-type Dialect struct {
+type Syntax struct {
 	// Name prefixes errors and logs ("mysql", "sqlite").
 	Name string
 	// Time converts a (UTC, microsecond) time to a column argument.
@@ -55,7 +81,7 @@ type Dialect struct {
 }
 
 // NullTime is d.Time, or NULL for the zero time.
-func (d Dialect) NullTime(t time.Time) any {
+func (d Syntax) NullTime(t time.Time) any {
 	if t.IsZero() {
 		return nil
 	}
@@ -63,7 +89,7 @@ func (d Dialect) NullTime(t time.Time) any {
 }
 
 // NullText is d.Text, or NULL for an empty document.
-func (d Dialect) NullText(b []byte) any {
+func (d Syntax) NullText(b []byte) any {
 	if len(b) == 0 {
 		return nil
 	}

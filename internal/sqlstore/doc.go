@@ -1,12 +1,16 @@
 // Package sqlstore is the database/sql code store/mysql and store/sqlite
-// share: listing, counting, attempts, operator transitions, receipts,
-// pruning, lease recovery, the inbox prune, the migration runner and the
-// scan helpers. A Dialect holds what truly differs between the two
-// databases (how times are stored, row locking, the bounded delete, how a
-// migration file is executed); each store keeps what differs in substance:
-// its claim, its outcome batch (finish), its insert, and its transactions.
+// share: enqueueing, listing, counting, attempts, operator transitions,
+// receipts, pruning, lease recovery and extension, the inbox, the admin
+// queries, the migration runner and the scan helpers.
 //
-// A store embeds *Store (through an unexported alias), so the shared methods
-// are part of the store's own method set, and passes its transaction and
-// insert functions in Config.
+// Each store holds a *Store and gives each of its exported methods a method
+// of its own that calls it, so godoc shows a store's methods (and their
+// documentation) on the store's own type. What differs between the two
+// databases comes in two parts: a Syntax holds what differs in SQL text
+// and arguments (how times are stored, row locking, the bounded delete,
+// how a migration file is executed), and a Dialect is what each store does
+// in substance its own way: its transactions, its migration lock, its
+// insert, its claim and its batch of outcomes. Store calls the Dialect after
+// it has validated and stamped a call; a Dialect uses this package's
+// helpers but never calls back into Store.
 package sqlstore

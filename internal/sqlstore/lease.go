@@ -11,12 +11,8 @@ import (
 // names (bound parameters stay far below every database's limit).
 const extendChunk = 500
 
-// MessageExtendLease implements outbox.LeaseExtender: in one write
-// transaction it reads which of p.Leases p.Owner still holds (status
-// PROCESSING, claimed_by = Owner, attempts = the lease's Attempt,
-// claim_token = the lease's ClaimToken, NULL for ""), locking
-// them where the database locks rows, and sets their claimed_at to p.Now;
-// the IDs of the others are returned in LeaseLost.
+// MessageExtendLease is the stores' MessageExtendLease: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessageExtendLease(ctx context.Context, p outbox.MessageExtendLeaseParams) (outbox.ExtendLeaseResult, error) {
 	var res outbox.ExtendLeaseResult
 	if err := p.Validate(); err != nil {
@@ -25,9 +21,9 @@ func (s *Store) MessageExtendLease(ctx context.Context, p outbox.MessageExtendLe
 	if len(p.Leases) == 0 {
 		return res, nil
 	}
-	now := s.d.Time(s.now(p.Now))
+	now := s.syntax.Time(s.now(p.Now))
 	held := make(map[string]bool, len(p.Leases))
-	err := s.cfg.WriteTx(ctx, func(q Querier) error {
+	err := s.dialect.WriteTx(ctx, func(q Querier) error {
 		clear(held)
 		for start := 0; start < len(p.Leases); start += extendChunk {
 			part := p.Leases[start:min(start+extendChunk, len(p.Leases))]
@@ -38,8 +34,8 @@ func (s *Store) MessageExtendLease(ctx context.Context, p outbox.MessageExtendLe
 				args = append(args, l.ID)
 			}
 			var seqs []any
-			err := s.scanRows(ctx, q, `SELECT seq, id, attempts, claim_token FROM `+s.messages+`
-				WHERE status = 'PROCESSING' AND claimed_by = ? AND id IN (`+Placeholders(len(part))+`)`+s.d.ForUpdate,
+			err := scanRows(ctx, q, `SELECT seq, id, attempts, claim_token FROM `+s.messages+`
+				WHERE status = 'PROCESSING' AND claimed_by = ? AND id IN (`+Placeholders(len(part))+`)`+s.syntax.ForUpdate,
 				args, func(rows *sql.Rows) error {
 					var seq int64
 					var id string

@@ -13,9 +13,8 @@ import (
 // Migration is one versioned schema change: its up and down SQL.
 type Migration = migrations.Migration
 
-// Migrations returns every embedded migration, oldest first, rendered for
-// the store's table prefix. Users with their own migration tool can apply
-// Up and Down themselves instead of calling Migrate.
+// Migrations is the stores' Migrations: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) Migrations() []Migration {
 	out := make([]Migration, len(s.migrations))
 	for i, m := range s.migrations {
@@ -27,43 +26,40 @@ func (s *Store) Migrations() []Migration {
 
 func (s *Store) render(text string) string { return strings.ReplaceAll(text, "{{prefix}}", s.prefix) }
 
-// Migrate brings the schema up to the newest embedded migration. It is
-// idempotent and safe to call from many replicas at once: they serialise on
-// the store's migration lock, and the later ones find nothing to do.
+// Migrate is the stores' Migrate: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) Migrate(ctx context.Context) error {
 	migs := s.migrations
 	if len(migs) == 0 {
-		return fmt.Errorf("%s: migrate: no embedded migrations", s.d.Name)
+		return fmt.Errorf("%s: migrate: no embedded migrations", s.syntax.Name)
 	}
 	return s.migrate(ctx, migs[len(migs)-1].Version)
 }
 
-// MigrateTo moves the schema to version target: up when it is behind, down
-// (running the down migrations, newest first) when it is ahead. Version 0
-// removes every table of the store, including the schema version table.
+// MigrateTo is the stores' MigrateTo: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MigrateTo(ctx context.Context, target int) error {
 	if target < 0 {
-		return fmt.Errorf("%s: migrate: version %d is negative", s.d.Name, target)
+		return fmt.Errorf("%s: migrate: version %d is negative", s.syntax.Name, target)
 	}
 	return s.migrate(ctx, target)
 }
 
-// MigrateDown reverts every applied migration, newest first, and drops the
-// schema version table (MigrateTo 0): the store's tables and their data are
-// gone. It is meant for tests and for uninstalling.
+// MigrateDown is the stores' MigrateDown: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MigrateDown(ctx context.Context) error { return s.MigrateTo(ctx, 0) }
 
 func (s *Store) migrate(ctx context.Context, target int) error {
 	migs := s.Migrations()
 	if n := len(migs); n == 0 || target > migs[n-1].Version {
-		return fmt.Errorf("%s: migrate: version %d is newer than this package knows", s.d.Name, target)
+		return fmt.Errorf("%s: migrate: version %d is newer than this package knows", s.syntax.Name, target)
 	}
-	return s.cfg.MigrateTx(ctx, func(q Querier) error {
-		if _, err := q.ExecContext(ctx, s.d.VersionTable(s.versionTb)); err != nil {
+	return s.dialect.MigrateTx(ctx, func(q Querier) error {
+		if _, err := q.ExecContext(ctx, s.syntax.VersionTable(s.versionTb)); err != nil {
 			return s.errorf("migrate: create "+s.versionTb, err)
 		}
 		applied := map[int]bool{}
-		err := s.scanRows(ctx, q, `SELECT version FROM `+s.versionTb, nil, func(rows *sql.Rows) error {
+		err := scanRows(ctx, q, `SELECT version FROM `+s.versionTb, nil, func(rows *sql.Rows) error {
 			var v int
 			err := rows.Scan(&v)
 			applied[v] = true
@@ -80,10 +76,10 @@ func (s *Store) migrate(ctx context.Context, target int) error {
 				return s.errorf(fmt.Sprintf("migration %03d_%s up", m.Version, m.Name), err)
 			}
 			if _, err := q.ExecContext(ctx, `INSERT INTO `+s.versionTb+` (version, name, applied_at) VALUES (?, ?, ?)`,
-				m.Version, m.Name, s.d.Time(s.now(time.Time{}))); err != nil {
+				m.Version, m.Name, s.syntax.Time(s.now(time.Time{}))); err != nil {
 				return s.errorf(fmt.Sprintf("record migration %d", m.Version), err)
 			}
-			s.log.InfoContext(ctx, "outboxkit/"+s.d.Name+": migrated", "version", m.Version, "name", m.Name)
+			s.log.InfoContext(ctx, "outboxkit/"+s.syntax.Name+": migrated", "version", m.Version, "name", m.Name)
 		}
 		for i := len(migs) - 1; i >= 0; i-- {
 			m := migs[i]
@@ -96,7 +92,7 @@ func (s *Store) migrate(ctx context.Context, target int) error {
 			if _, err := q.ExecContext(ctx, `DELETE FROM `+s.versionTb+` WHERE version = ?`, m.Version); err != nil {
 				return s.errorf(fmt.Sprintf("unrecord migration %d", m.Version), err)
 			}
-			s.log.InfoContext(ctx, "outboxkit/"+s.d.Name+": reverted", "version", m.Version, "name", m.Name)
+			s.log.InfoContext(ctx, "outboxkit/"+s.syntax.Name+": reverted", "version", m.Version, "name", m.Name)
 		}
 		if target == 0 {
 			if _, err := q.ExecContext(ctx, `DROP TABLE IF EXISTS `+s.versionTb); err != nil {
@@ -111,7 +107,7 @@ func (s *Store) migrate(ctx context.Context, target int) error {
 // the dialect asks for it.
 func (s *Store) execFile(ctx context.Context, q Querier, text string) error {
 	stmts := []string{text}
-	if s.d.SplitStatements {
+	if s.syntax.SplitStatements {
 		stmts = Statements(text)
 	}
 	for _, stmt := range stmts {
@@ -145,10 +141,11 @@ func Statements(text string) []string {
 	return out
 }
 
-// SchemaVersion returns the newest applied migration version, 0 when none.
+// SchemaVersion is the stores' SchemaVersion: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 	var n int
-	if err := s.db.QueryRowContext(ctx, s.d.TableExists, s.versionTb).Scan(&n); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.syntax.TableExists, s.versionTb).Scan(&n); err != nil {
 		return 0, s.errorf("schema version", err)
 	}
 	if n == 0 {

@@ -9,8 +9,8 @@ import (
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
-// MessageGet implements outbox.Store: the message with p.ID in p.Tenant, or
-// an error wrapping outbox.ErrNotFound.
+// MessageGet is the stores' MessageGet: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessageGet(ctx context.Context, p outbox.MessageGetParams) (outbox.Message, error) {
 	if err := p.Validate(); err != nil {
 		return outbox.Message{}, err
@@ -33,16 +33,14 @@ func (s *Store) byID(ctx context.Context, q Querier, tenant, id, lock string) (o
 	return m, err
 }
 
-// MessageList implements outbox.Store: a page of p.Tenant's messages in Seq
-// order, optionally filtered by status, topic and group, starting after
-// p.AfterSeq. Limit defaults to 100 and is capped at 1000.
+// MessageList is the stores' MessageList: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessageList(ctx context.Context, p outbox.MessageListParams) (outbox.MessagePage, error) {
 	return s.list(ctx, s.db, p)
 }
 
-// MessageListTx is MessageList inside the caller's transaction tx, so it
-// sees what tx enqueued before it commits (outboxtest.RequireEnqueuedTx uses
-// it).
+// MessageListTx is the stores' MessageListTx: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessageListTx(ctx context.Context, tx *sql.Tx, p outbox.MessageListParams) (outbox.MessagePage, error) {
 	if tx == nil {
 		return outbox.MessagePage{}, outbox.InvalidParam("tx", "is nil")
@@ -92,8 +90,8 @@ func (s *Store) list(ctx context.Context, q Querier, p outbox.MessageListParams)
 	return page, nil
 }
 
-// MessageCount implements outbox.Store: p.Tenant's messages (every tenant's
-// with p.AllTenants) counted by status; every status is present in the map.
+// MessageCount is the stores' MessageCount: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessageCount(ctx context.Context, p outbox.MessageCountParams) (map[outbox.Status]int64, error) {
 	query := `SELECT status, COUNT(*) FROM ` + s.messages + ` WHERE tenant = ? GROUP BY status`
 	args := []any{p.Tenant}
@@ -104,7 +102,7 @@ func (s *Store) MessageCount(ctx context.Context, p outbox.MessageCountParams) (
 	for _, st := range outbox.Statuses() {
 		out[st] = 0
 	}
-	err := s.scanRows(ctx, s.db, query, args, func(rows *sql.Rows) error {
+	err := scanRows(ctx, s.db, query, args, func(rows *sql.Rows) error {
 		var st string
 		var n int64
 		err := rows.Scan(&st, &n)
@@ -118,7 +116,7 @@ func (s *Store) MessageCount(ctx context.Context, p outbox.MessageCountParams) (
 }
 
 // scanRows runs query and calls each for every row.
-func (s *Store) scanRows(ctx context.Context, q Querier, query string, args []any, each func(*sql.Rows) error) error {
+func scanRows(ctx context.Context, q Querier, query string, args []any, each func(*sql.Rows) error) error {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return err
@@ -132,9 +130,8 @@ func (s *Store) scanRows(ctx context.Context, q Querier, query string, args []an
 	return rows.Err()
 }
 
-// AttemptList implements outbox.Store: the attempts of message p.MessageID in
-// p.Tenant, oldest first. A message that does not exist in the tenant
-// returns an error wrapping outbox.ErrNotFound.
+// AttemptList is the stores' AttemptList: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) AttemptList(ctx context.Context, p outbox.AttemptListParams) ([]outbox.Attempt, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -148,7 +145,7 @@ func (s *Store) AttemptList(ctx context.Context, p outbox.AttemptListParams) ([]
 		return nil, NotFound(p.Tenant, p.MessageID)
 	}
 	out := []outbox.Attempt{}
-	err := s.scanRows(ctx, s.db, `SELECT `+AttemptCols+` FROM `+s.attempts+
+	err := scanRows(ctx, s.db, `SELECT `+AttemptCols+` FROM `+s.attempts+
 		` WHERE tenant = ? AND message_id = ? ORDER BY id`, []any{p.Tenant, p.MessageID}, func(rows *sql.Rows) error {
 		a, err := ScanAttempt(rows)
 		out = append(out, a)
@@ -165,8 +162,8 @@ func (s *Store) AttemptList(ctx context.Context, p outbox.AttemptListParams) ([]
 // its args) in the same transaction.
 func (s *Store) transition(ctx context.Context, tenant, id string, ev outbox.Event, set string, args ...any) (outbox.Message, error) {
 	var out outbox.Message
-	err := s.cfg.WriteTx(ctx, func(q Querier) error {
-		m, err := s.byID(ctx, q, tenant, id, s.d.ForUpdate)
+	err := s.dialect.WriteTx(ctx, func(q Querier) error {
+		m, err := s.byID(ctx, q, tenant, id, s.syntax.ForUpdate)
 		if err != nil {
 			return err
 		}
@@ -187,36 +184,29 @@ func (s *Store) transition(ctx context.Context, tenant, id string, ev outbox.Eve
 	return out, nil
 }
 
-// MessageRequeue implements outbox.Store: a FAILED message goes back to
-// PENDING, due now, with its attempts reset to 0 (its attempt history is
-// kept). Other statuses return an error wrapping
-// outbox.ErrInvalidTransition; an unknown ID one wrapping outbox.ErrNotFound.
+// MessageRequeue is the stores' MessageRequeue: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParams) (outbox.Message, error) {
 	if err := p.Validate(); err != nil {
 		return outbox.Message{}, err
 	}
-	now := s.d.Time(s.now(p.Now))
+	now := s.syntax.Time(s.now(p.Now))
 	return s.transition(ctx, p.Tenant, p.ID, outbox.EventRequeue,
 		`status = 'PENDING', attempts = 0, recoveries = 0, next_attempt_at = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL, blocks_group = 0`,
 		now, now)
 }
 
-// MessageCancel implements outbox.Store: a PENDING message or a dead letter
-// (FAILED) becomes CANCELLED; a dead letter that blocked its group releases
-// it. Other statuses return an error wrapping outbox.ErrInvalidTransition;
-// an unknown ID one wrapping outbox.ErrNotFound.
+// MessageCancel is the stores' MessageCancel: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessageCancel(ctx context.Context, p outbox.MessageCancelParams) (outbox.Message, error) {
 	if err := p.Validate(); err != nil {
 		return outbox.Message{}, err
 	}
-	return s.transition(ctx, p.Tenant, p.ID, outbox.EventCancel, `status = 'CANCELLED', updated_at = ?, blocks_group = 0`, s.d.Time(s.now(p.Now)))
+	return s.transition(ctx, p.Tenant, p.ID, outbox.EventCancel, `status = 'CANCELLED', updated_at = ?, blocks_group = 0`, s.syntax.Time(s.now(p.Now)))
 }
 
-// MessagePrune implements outbox.Store: it deletes up to p.Limit (default
-// 1000) finished messages (SENT, DELIVERED, FAILED, CANCELLED, or
-// p.Statuses; of p.Topic when set) last updated before p.Before, oldest
-// first, with their attempts, across all tenants; p.DryRun counts them
-// instead. A dead letter that blocks its group is kept.
+// MessagePrune is the stores' MessagePrune: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (int, error) {
 	if err := p.Validate(); err != nil {
 		return 0, err
@@ -231,7 +221,7 @@ func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (
 	for _, st := range sts {
 		args = append(args, string(st))
 	}
-	args = append(args, s.d.Time(s.now(p.Before)))
+	args = append(args, s.syntax.Time(s.now(p.Before)))
 	if p.Topic != "" {
 		where += ` AND topic = ?`
 		args = append(args, p.Topic)
@@ -244,11 +234,11 @@ func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (
 		return n, nil
 	}
 	var n int64
-	err := s.cfg.WriteTx(ctx, func(q Querier) error {
+	err := s.dialect.WriteTx(ctx, func(q Querier) error {
 		var ids []any
-		err := s.scanRows(ctx, q, `SELECT id FROM `+s.messages+`
+		err := scanRows(ctx, q, `SELECT id FROM `+s.messages+`
 			WHERE `+where+`
-			ORDER BY updated_at, seq LIMIT ?`+s.d.SkipLocked, append(args, limit), func(rows *sql.Rows) error {
+			ORDER BY updated_at, seq LIMIT ?`+s.syntax.SkipLocked, append(args, limit), func(rows *sql.Rows) error {
 			var id string
 			err := rows.Scan(&id)
 			ids = append(ids, id)
@@ -274,12 +264,8 @@ func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (
 	return int(n), nil
 }
 
-// MessageApplyReceipt implements outbox.Store: it finds the message with the
-// receipt's provider message ID in the receipt's tenant (else an error
-// wrapping outbox.ErrNotFound), applies outbox.ApplyReceipt on the locked
-// row, and writes the result back when it changed. Receipts are idempotent
-// and never move a message backwards. A receipt without At is stamped with
-// the store's clock.
+// MessageApplyReceipt is the stores' MessageApplyReceipt: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessageApplyReceipt(ctx context.Context, p outbox.MessageApplyReceiptParams) (outbox.ReceiptResult, error) {
 	if err := p.Validate(); err != nil {
 		return outbox.ReceiptResult{}, err
@@ -287,9 +273,9 @@ func (s *Store) MessageApplyReceipt(ctx context.Context, p outbox.MessageApplyRe
 	r := p.Receipt
 	r.At = s.now(r.At)
 	var res outbox.ReceiptResult
-	err := s.cfg.WriteTx(ctx, func(q Querier) error {
+	err := s.dialect.WriteTx(ctx, func(q Querier) error {
 		m, err := ScanMessage(q.QueryRowContext(ctx, `SELECT `+MessageCols+` FROM `+s.messages+`
-			WHERE tenant = ? AND provider_message_id = ? ORDER BY seq DESC LIMIT 1`+s.d.ForUpdate, r.Tenant, r.ProviderMessageID))
+			WHERE tenant = ? AND provider_message_id = ? ORDER BY seq DESC LIMIT 1`+s.syntax.ForUpdate, r.Tenant, r.ProviderMessageID))
 		if IsNoRows(err) {
 			return fmt.Errorf("%w: provider message id %q in tenant %q", outbox.ErrNotFound, r.ProviderMessageID, r.Tenant)
 		}
@@ -311,8 +297,8 @@ func (s *Store) MessageApplyReceipt(ctx context.Context, p outbox.MessageApplyRe
 		if _, err := q.ExecContext(ctx, `UPDATE `+s.messages+` SET status = ?, sent_at = ?,
 			delivered_at = ?, read_at = ?, last_error_code = ?, last_error_message = ?, updated_at = ?
 			WHERE seq = ?`,
-			string(next.Status), s.d.NullTime(next.SentAt), s.d.NullTime(next.DeliveredAt), s.d.NullTime(next.ReadAt),
-			code, msg, s.d.Time(s.now(s.clock.Now())), m.Seq); err != nil {
+			string(next.Status), s.syntax.NullTime(next.SentAt), s.syntax.NullTime(next.DeliveredAt), s.syntax.NullTime(next.ReadAt),
+			code, msg, s.syntax.Time(s.now(s.clock.Now())), m.Seq); err != nil {
 			return err
 		}
 		res.Message, err = s.byID(ctx, q, m.Tenant, m.ID, "")
@@ -324,10 +310,8 @@ func (s *Store) MessageApplyReceipt(ctx context.Context, p outbox.MessageApplyRe
 	return res, nil
 }
 
-// InboxPrune implements outbox.InboxStore: it deletes up to p.Limit
-// (default 1000) inbox records handled before p.Before, oldest first, in one
-// short transaction, and returns how many it deleted. Call it in a loop
-// until it returns less than the limit.
+// InboxPrune is the stores' InboxPrune: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) InboxPrune(ctx context.Context, p outbox.InboxPruneParams) (int, error) {
 	if err := p.Validate(); err != nil {
 		return 0, err
@@ -337,8 +321,8 @@ func (s *Store) InboxPrune(ctx context.Context, p outbox.InboxPruneParams) (int,
 		limit = 1000
 	}
 	var n int64
-	err := s.cfg.WriteTx(ctx, func(q Querier) error {
-		r, err := q.ExecContext(ctx, s.d.DeleteOldest(s.inbox, "handled_at"), s.d.Time(s.now(p.Before)), limit)
+	err := s.dialect.WriteTx(ctx, func(q Querier) error {
+		r, err := q.ExecContext(ctx, s.syntax.DeleteOldest(s.inbox, "handled_at"), s.syntax.Time(s.now(p.Before)), limit)
 		if err != nil {
 			return err
 		}
@@ -351,6 +335,6 @@ func (s *Store) InboxPrune(ctx context.Context, p outbox.InboxPruneParams) (int,
 	return int(n), nil
 }
 
-// DeadLetterBlocking implements outbox.DeadLetterBlocker: a dead letter
-// recorded with BlockGroup holds its group (column blocks_group).
+// DeadLetterBlocking is the stores' DeadLetterBlocking: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) DeadLetterBlocking() bool { return true }

@@ -22,13 +22,8 @@ const uncharge = "attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
 // MessageRecover handles.
 const recoverChunk = 1000
 
-// MessageRecover implements outbox.Store: every PROCESSING message claimed
-// before p.ClaimedBefore goes back to PENDING (due at once) without its
-// lost attempt counted, with one more recovery, or to FAILED when that
-// recovery reaches p.MaxRecoveries (outbox.DefaultMaxRecoveries when 0),
-// blocking its group when p.DeadLetter says so. Both get LastError code "lease_expired" and an attempt row, numbered like
-// the lost claim. It works in transactions of 1,000 messages, skipping rows
-// a concurrent outcome holds where the database locks rows.
+// MessageRecover is the stores' MessageRecover: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
 	var res outbox.RecoverResult
 	if err := p.Validate(); err != nil {
@@ -36,16 +31,16 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	}
 	maxRecoveries := cmp.Or(p.MaxRecoveries, outbox.DefaultMaxRecoveries)
 	now := s.now(p.Now)
-	before := s.d.Time(s.now(p.ClaimedBefore))
+	before := s.syntax.Time(s.now(p.ClaimedBefore))
 	for {
 		var n, nDead, nBack int
-		err := s.cfg.WriteTx(ctx, func(q Querier) error {
+		err := s.dialect.WriteTx(ctx, func(q Querier) error {
 			var dead, deadBlock, back []any
-			att := NewAttemptRows(s.d)
+			att := NewAttemptRows(s.syntax)
 			n = 0
 			e := &outbox.ErrorInfo{Code: LeaseExpiredCode, Message: leaseExpiredMsg}
-			err := s.scanRows(ctx, q, `SELECT seq, id, tenant, topic, grp, attempts, recoveries, claimed_at FROM `+s.messages+`
-				WHERE status = 'PROCESSING' AND claimed_at < ? ORDER BY seq LIMIT ?`+s.d.SkipLocked,
+			err := scanRows(ctx, q, `SELECT seq, id, tenant, topic, grp, attempts, recoveries, claimed_at FROM `+s.messages+`
+				WHERE status = 'PROCESSING' AND claimed_at < ? ORDER BY seq LIMIT ?`+s.syntax.SkipLocked,
 				[]any{before, recoverChunk}, func(rows *sql.Rows) error {
 					var id, tenant, topic, grp string
 					var seq int64
@@ -78,7 +73,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 			if err := att.Exec(ctx, q, s.attempts); err != nil {
 				return err
 			}
-			nowT := s.d.Time(now)
+			nowT := s.syntax.Time(now)
 			for i, seqs := range [][]any{dead, deadBlock} {
 				if len(seqs) == 0 {
 					continue
@@ -92,7 +87,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 			}
 			if len(back) > 0 {
 				if _, err := q.ExecContext(ctx, `UPDATE `+s.messages+` SET status = 'PENDING', `+uncharge+`, last_error_code = ?,
-					last_error_message = ?, next_attempt_at = `+s.d.Earliest("next_attempt_at")+`,
+					last_error_message = ?, next_attempt_at = `+s.syntax.Earliest("next_attempt_at")+`,
 					updated_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL
 					WHERE seq IN (`+Placeholders(len(back))+`)`,
 					append([]any{LeaseExpiredCode, leaseExpiredMsg, nowT, nowT}, back...)...); err != nil {

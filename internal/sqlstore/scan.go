@@ -203,12 +203,12 @@ func Now(clock outbox.Clock, t time.Time) time.Time {
 
 // AttemptRows collects attempt rows for one multi-row INSERT.
 type AttemptRows struct {
-	d    Dialect
+	d    Syntax
 	args []any
 }
 
 // NewAttemptRows returns an empty batch of attempt rows for d.
-func NewAttemptRows(d Dialect) *AttemptRows { return &AttemptRows{d: d} }
+func NewAttemptRows(d Syntax) *AttemptRows { return &AttemptRows{d: d} }
 
 // Add appends one attempt; next may be the zero time (no retry).
 func (a *AttemptRows) Add(id, tenant string, n int, outcome outbox.AttemptOutcome, e *outbox.ErrorInfo, resp json.RawMessage, next, start, finish time.Time) {

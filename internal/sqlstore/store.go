@@ -16,34 +16,26 @@ import (
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
-// Config is what a store passes to New.
-type Config struct {
-	DB      *sql.DB
-	Dialect Dialect
-	// TablePrefix, ClaimPerGroup, Clock and Logger are the store's
-	// options, defaulted by New.
+// Options are a store's options, as its Options struct has them.
+type Options struct {
 	TablePrefix   string
 	ClaimPerGroup int
 	Clock         outbox.Clock
 	Logger        *slog.Logger
-	// OwnDB makes Close close DB (and TxDB).
-	OwnDB bool
+}
+
+// Config is what a store passes to New.
+type Config struct {
+	DB *sql.DB
 	// TxDB, when set, is the database InTx begins its transactions on
 	// (SQLite: a pool whose transactions begin IMMEDIATE); DB otherwise.
 	TxDB *sql.DB
-	// WriteTx runs fn in a store-owned write transaction and commits it.
-	WriteTx func(ctx context.Context, fn func(q Querier) error) error
-	// MigrateTx runs fn holding the store's migration lock (for MySQL, a
-	// named lock on one connection). Defaults to WriteTx.
-	MigrateTx func(ctx context.Context, fn func(q Querier) error) error
-	// Insert inserts prepared messages with q.
-	Insert func(ctx context.Context, q Querier, msgs []outbox.Message) ([]outbox.Enqueued, error)
-	// Claim leases messages in a transaction of its own; p is valid and
-	// now is the claim's time.
-	Claim func(ctx context.Context, p outbox.MessageClaimParams, now time.Time) ([]outbox.Message, error)
-	// Finish records a valid, non-empty batch of outcomes and reports how
-	// many it applied.
-	Finish func(ctx context.Context, p outbox.MessageFinishParams, now time.Time) (res outbox.FinishResult, applied int, err error)
+	// OwnDB makes Close close DB (and TxDB).
+	OwnDB bool
+	// Env is the store's defaulted options (from Options.Env).
+	Env     Env
+	Syntax  Syntax
+	Dialect Dialect
 	// MigrationFS holds the store's migrations, NNN_name.up.sql and
 	// NNN_name.down.sql files in the directory "migrations".
 	MigrationFS fs.FS
@@ -67,14 +59,40 @@ type Env struct {
 // truncated to the microsecond.
 func (e Env) Now(t time.Time) time.Time { return Now(e.Clock, t) }
 
-// Store is the part of a database/sql store that mysql and sqlite share.
-// Its exported methods are the stores' own.
+var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_]*$`)
+
+// Env checks o and returns it defaulted, for a database of syntax sx.
+func (o Options) Env(sx Syntax) (Env, error) {
+	prefix := cmp.Or(o.TablePrefix, DefaultTablePrefix)
+	if !validPrefix.MatchString(prefix) || len(prefix) > sx.MaxPrefix {
+		return Env{}, outbox.InvalidParam("Options.TablePrefix",
+			fmt.Sprintf("may hold only ASCII letters, digits and underscores (at most %d)", sx.MaxPrefix))
+	}
+	if o.ClaimPerGroup < 0 {
+		return Env{}, outbox.InvalidParam("Options.ClaimPerGroup", "must not be negative")
+	}
+	env := Env{
+		Prefix:        prefix,
+		ClaimPerGroup: cmp.Or(o.ClaimPerGroup, DefaultClaimPerGroup),
+		Clock:         cmp.Or[outbox.Clock](o.Clock, outbox.SystemClock),
+		Log:           o.Logger,
+	}
+	if env.Log == nil {
+		env.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return env, nil
+}
+
+// Store is the part of a database/sql store that mysql and sqlite share:
+// each store holds one and gives every exported method a method of its own
+// that calls it (where the store's godoc documents it). Store calls the
+// store back only through its Dialect.
 type Store struct {
-	env  Env
-	db   *sql.DB
-	d    Dialect
-	cfg  Config
-	wake *wake.Hub
+	db      *sql.DB
+	syntax  Syntax
+	dialect Dialect
+	cfg     Config
+	wake    *wake.Hub
 
 	clock                                outbox.Clock
 	log                                  *slog.Logger
@@ -83,68 +101,40 @@ type Store struct {
 	migrations                           []Migration
 }
 
-var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_]*$`)
-
-// New checks cfg and returns the shared part of a store and its defaulted
-// options.
-func New(cfg Config) (*Store, Env, error) {
-	s, err := newStore(cfg)
-	if err != nil {
-		return nil, Env{}, err
-	}
-	return s, s.env, nil
-}
-
-func newStore(cfg Config) (*Store, error) {
+// New checks cfg and returns the shared part of a store.
+func New(cfg Config) (*Store, error) {
 	if cfg.DB == nil {
 		return nil, outbox.InvalidParam("db", "is nil")
 	}
-	if cfg.MigrateTx == nil {
-		cfg.MigrateTx = cfg.WriteTx
+	if cfg.Dialect == nil || cfg.Env.Clock == nil || cfg.Env.Log == nil {
+		return nil, fmt.Errorf("%s: sqlstore.New: no Dialect or Env", cfg.Syntax.Name)
 	}
 	migs, err := migrations.Load(cfg.MigrationFS, "migrations")
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.Dialect.Name, err)
+		return nil, fmt.Errorf("%s: %w", cfg.Syntax.Name, err)
 	}
-	prefix := cmp.Or(cfg.TablePrefix, DefaultTablePrefix)
-	if !validPrefix.MatchString(prefix) || len(prefix) > cfg.Dialect.MaxPrefix {
-		return nil, outbox.InvalidParam("Options.TablePrefix",
-			fmt.Sprintf("may hold only ASCII letters, digits and underscores (at most %d)", cfg.Dialect.MaxPrefix))
-	}
-	if cfg.ClaimPerGroup < 0 {
-		return nil, outbox.InvalidParam("Options.ClaimPerGroup", "must not be negative")
-	}
-	s := &Store{
-		env: Env{
-			Prefix:        prefix,
-			ClaimPerGroup: cmp.Or(cfg.ClaimPerGroup, DefaultClaimPerGroup),
-			Clock:         cmp.Or[outbox.Clock](cfg.Clock, outbox.SystemClock),
-			Log:           cfg.Logger,
-		},
-		db: cfg.DB, d: cfg.Dialect, cfg: cfg, wake: wake.New(),
+	prefix := cfg.Env.Prefix
+	return &Store{
+		db: cfg.DB, syntax: cfg.Syntax, dialect: cfg.Dialect, cfg: cfg, wake: wake.New(),
+		clock: cfg.Env.Clock, log: cfg.Env.Log, prefix: prefix,
 		messages: prefix + "messages", attempts: prefix + "attempts",
 		inbox: prefix + "inbox", versionTb: prefix + "schema_version",
 		migrations: migs,
-	}
-	if s.env.Log == nil {
-		s.env.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	s.clock, s.log, s.prefix = s.env.Clock, s.env.Log, prefix
-	return s, nil
+	}, nil
 }
 
 func (s *Store) now(t time.Time) time.Time { return Now(s.clock, t) }
 
 func (s *Store) errorf(op string, err error) error {
-	return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
+	return fmt.Errorf("%s: %s: %w", s.syntax.Name, op, err)
 }
 
-// DB returns the underlying database, for the application's own
-// transactions.
+// DB is the stores' DB: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) DB() *sql.DB { return s.db }
 
-// Close closes every Wakeups channel and, when the store opened the
-// database itself, the database. It is safe to call more than once.
+// Close is the stores' Close: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) Close() error {
 	if !s.wake.Close() {
 		return nil
@@ -158,18 +148,8 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// InTx runs fn in a new transaction of the store's database and commits it
-// when fn returns nil (rolls back otherwise), then wakes the processors
-// listening on Wakeups, so messages enqueued in fn with
-// outbox.Outbox.EnqueueTx are claimed at once instead of at the next poll.
-//
-//	err := st.InTx(ctx, func(tx *sql.Tx) error {
-//		if _, err := tx.ExecContext(ctx, "UPDATE orders SET ..."); err != nil {
-//			return err
-//		}
-//		_, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Payload: body})
-//		return err
-//	})
+// InTx is the stores' InTx: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	db := s.db
 	if s.cfg.TxDB != nil {
@@ -190,37 +170,25 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return nil
 }
 
-// Wakeups implements outbox.Waker: the returned channel receives a value
-// soon after messages became claimable through this store: after
-// MessageEnqueue and InTx commit, and after MessageFinish, MessageRecover,
-// MessageRequeue and MessageCancel changed something (a finished message
-// unblocks the next one of its group). Signals are coalesced: a slow reader
-// sees one value for many events. The channel is closed when ctx ends or the
-// store is closed.
-//
-// The signal is in-process only: processors in other processes find new
-// messages at their next poll. Messages enqueued with MessageEnqueueTx in a
-// transaction the application commits itself are not signalled, because the
-// store cannot see the commit: call Notify after the commit, or use InTx.
+// Wakeups is the stores' Wakeups: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) Wakeups(ctx context.Context) <-chan struct{} { return s.wake.Subscribe(ctx) }
 
-// Notify wakes every Wakeups listener, e.g. right after the application
-// committed a transaction in which it enqueued messages with
-// MessageEnqueueTx. It never blocks.
+// Notify is the stores' Notify: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) Notify() { s.wake.Notify() }
 
-// MessageEnqueue implements outbox.Enqueuer: it inserts p.Messages in a
-// transaction of its own, commits, and wakes the Wakeups listeners. See
-// MessageEnqueueTx.
+// MessageEnqueue is the stores' MessageEnqueue: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessageEnqueue(ctx context.Context, p outbox.MessageEnqueueParams) ([]outbox.Enqueued, error) {
 	msgs, err := s.prepare(p)
 	if err != nil || len(msgs) == 0 {
 		return nil, err
 	}
 	var out []outbox.Enqueued
-	err = s.cfg.WriteTx(ctx, func(q Querier) error {
+	err = s.dialect.WriteTx(ctx, func(q Querier) error {
 		var err error
-		out, err = s.cfg.Insert(ctx, q, msgs)
+		out, err = s.dialect.Insert(ctx, q, msgs)
 		return err
 	})
 	if err != nil {
@@ -230,15 +198,8 @@ func (s *Store) MessageEnqueue(ctx context.Context, p outbox.MessageEnqueueParam
 	return out, nil
 }
 
-// MessageEnqueueTx implements outbox.Enqueuer[*sql.Tx]: it inserts
-// p.Messages in the caller's transaction tx, so they exist if and only if
-// tx commits. A repeated (Tenant, IdempotencyKey) inserts nothing, raises no
-// error and returns the stored message with Existed = true; tx stays
-// usable.
-//
-// The store cannot see when tx commits, so Wakeups is not signalled: use
-// InTx, call Notify after the commit, or let the processor's poll pick the
-// messages up.
+// MessageEnqueueTx is the stores' MessageEnqueueTx: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessageEnqueueTx(ctx context.Context, tx *sql.Tx, p outbox.MessageEnqueueParams) ([]outbox.Enqueued, error) {
 	if tx == nil {
 		return nil, outbox.InvalidParam("tx", "is nil")
@@ -247,7 +208,7 @@ func (s *Store) MessageEnqueueTx(ctx context.Context, tx *sql.Tx, p outbox.Messa
 	if err != nil || len(msgs) == 0 {
 		return nil, err
 	}
-	out, err := s.cfg.Insert(ctx, tx, msgs)
+	out, err := s.dialect.Insert(ctx, tx, msgs)
 	if err != nil {
 		return nil, s.errorf("enqueue", err)
 	}
@@ -258,12 +219,12 @@ func (s *Store) MessageEnqueueTx(ctx context.Context, tx *sql.Tx, p outbox.Messa
 // already, or here for a direct caller (p.Prepare), with times at the
 // stored precision (the microsecond).
 func (s *Store) prepare(p outbox.MessageEnqueueParams) ([]outbox.Message, error) {
-	return p.PrepareWithin(s.now(p.Now), time.Microsecond, s.d.MaxPayload)
+	return p.PrepareWithin(s.now(p.Now), time.Microsecond, s.syntax.MaxPayload)
 }
 
-// MaxPayloadBytes implements outbox.PayloadLimiter: the largest payload the
-// store holds (see the store's Options documentation).
-func (s *Store) MaxPayloadBytes() int { return s.d.MaxPayload }
+// MaxPayloadBytes is the stores' MaxPayloadBytes: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
+func (s *Store) MaxPayloadBytes() int { return s.syntax.MaxPayload }
 
 // PayloadArg is a message's payload as an insert argument: JSON as text
 // (so the database's JSON functions read it as today), other content
@@ -278,10 +239,8 @@ func PayloadArg(m *outbox.Message) any {
 	return m.Payload
 }
 
-// MessageClaim implements outbox.Store: it checks p, then leases up to
-// p.Limit due PENDING messages to p.Owner (PROCESSING, Attempts+1,
-// ClaimedAt = Now) with the store's claim, keeping FIFO per group, and
-// returns them ordered by Seq.
+// MessageClaim is the stores' MessageClaim: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -289,23 +248,15 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out, err := s.cfg.Claim(ctx, p, s.now(p.Now))
+	out, err := s.dialect.Claim(ctx, p, s.now(p.Now))
 	if err != nil {
 		return nil, s.errorf("claim", err)
 	}
 	return out, nil
 }
 
-// MessageFinish implements outbox.Store: it checks p, then records the
-// batch of outcomes with the store's finish, in one transaction. Every
-// outcome is fenced by the lease (status PROCESSING, ClaimedBy = p.Owner,
-// Attempts = the outcome's Attempt, claim_token = the outcome's ClaimToken,
-// NULL for ""); one whose lease was lost changes nothing and its ID is
-// returned in LeaseLost. Sent, retry and dead
-// outcomes add a row to the attempt history; a release does not (the
-// attempt is not counted). A release with NextAttemptAt is a deferral: the
-// message is due again at that time, with LastError set from its Error; a
-// plain release keeps its due time and LastError.
+// MessageFinish is the stores' MessageFinish: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
 	if err := p.Validate(); err != nil {
 		return outbox.FinishResult{}, err
@@ -313,7 +264,7 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	if len(p.Outcomes) == 0 {
 		return outbox.FinishResult{}, nil
 	}
-	res, applied, err := s.cfg.Finish(ctx, p, s.now(p.Now))
+	res, applied, err := s.dialect.Finish(ctx, p, s.now(p.Now))
 	if err != nil {
 		return outbox.FinishResult{}, s.errorf("finish", err)
 	}
@@ -323,13 +274,8 @@ func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams)
 	return res, nil
 }
 
-// InboxClaimTx implements outbox.InboxStore[*sql.Tx]: it records, in the
-// caller's transaction tx, that p.Consumer handles (p.Tenant, p.MessageID)
-// and returns true only when tx inserted the record. Invalid params are
-// refused before any statement runs, and a repeated message raises no
-// error: tx stays usable in both cases. A concurrent transaction claiming
-// the same message waits until the first ends: it then returns false when
-// the first committed and true when it rolled back.
+// InboxClaimTx is the stores' InboxClaimTx: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) InboxClaimTx(ctx context.Context, tx *sql.Tx, p outbox.InboxClaimParams) (bool, error) {
 	if tx == nil {
 		return false, outbox.InvalidParam("tx", "is nil")
@@ -337,11 +283,11 @@ func (s *Store) InboxClaimTx(ctx context.Context, tx *sql.Tx, p outbox.InboxClai
 	if err := p.ValidateOnce(); err != nil {
 		return false, err
 	}
-	r, err := tx.ExecContext(ctx, s.d.InboxInsert(s.inbox), p.Consumer, p.Tenant, p.MessageID, s.d.Time(s.now(p.Now)))
+	r, err := tx.ExecContext(ctx, s.syntax.InboxInsert(s.inbox), p.Consumer, p.Tenant, p.MessageID, s.syntax.Time(s.now(p.Now)))
 	if err != nil {
 		return false, s.errorf("inbox claim", err)
 	}
-	ok, err := s.d.InboxInserted(r)
+	ok, err := s.syntax.InboxInserted(r)
 	if err != nil {
 		return false, s.errorf("inbox claim", err)
 	}

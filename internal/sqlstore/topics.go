@@ -9,15 +9,13 @@ import (
 
 var _ outbox.PendingTopicLister = (*Store)(nil)
 
-// MessagePendingTopics implements outbox.PendingTopicLister: the topics with
-// PENDING messages due at or before p.DueBefore, across tenants, but for
-// p.ExcludeTopics. The processor uses it to report topics nobody
-// publishes.
+// MessagePendingTopics is the stores' MessagePendingTopics: its documentation is on store/mysql.Store
+// and store/sqlite.Store.
 func (s *Store) MessagePendingTopics(ctx context.Context, p outbox.MessagePendingTopicsParams) ([]outbox.PendingTopic, error) {
 	var out []outbox.PendingTopic
 	// Excluded topics are left out (the processor passes the topics it
 	// claims: their backlog would be most of the count).
-	args := []any{s.d.Time(p.DueBefore.UTC())}
+	args := []any{s.syntax.Time(p.DueBefore.UTC())}
 	exclude := ""
 	if len(p.ExcludeTopics) > 0 {
 		exclude = ` AND topic NOT IN (` + Placeholders(len(p.ExcludeTopics)) + `)`
@@ -25,7 +23,7 @@ func (s *Store) MessagePendingTopics(ctx context.Context, p outbox.MessagePendin
 			args = append(args, t)
 		}
 	}
-	err := s.scanRows(ctx, s.db, `SELECT topic, COUNT(*), MIN(next_attempt_at) FROM `+s.messages+
+	err := scanRows(ctx, s.db, `SELECT topic, COUNT(*), MIN(next_attempt_at) FROM `+s.messages+
 		` WHERE status = 'PENDING' AND next_attempt_at <= ?`+exclude+` GROUP BY topic ORDER BY topic`,
 		args, func(rows *sql.Rows) error {
 			var t outbox.PendingTopic

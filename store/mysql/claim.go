@@ -14,9 +14,19 @@ import (
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
-// claim is the store's MessageClaim: in one READ COMMITTED transaction it
-// leases up to p.Limit due PENDING messages to p.Owner (PROCESSING,
-// Attempts+1, ClaimedAt = now) and returns them ordered by Seq.
+// MessageClaim implements outbox.Store: it checks p, then leases up to
+// p.Limit due PENDING messages to p.Owner (PROCESSING, Attempts+1,
+// ClaimedAt = Now), keeping FIFO per group across any number of processors,
+// and returns them ordered by Seq. Claimers never wait for each other: rows
+// are locked with SELECT ... FOR UPDATE SKIP LOCKED in a READ COMMITTED
+// transaction, and a group another claimer holds is skipped.
+func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
+	return s.core.MessageClaim(ctx, p)
+}
+
+// Claim is the store's claim (sqlstore.Dialect): in one READ COMMITTED
+// transaction it leases up to p.Limit due PENDING messages to p.Owner
+// (PROCESSING, Attempts+1, ClaimedAt = now) and returns them ordered by Seq.
 //
 // FIFO per group holds with any number of concurrent claimers, in this and
 // other processes. Rows are locked with SELECT ... FOR UPDATE SKIP LOCKED,
@@ -31,18 +41,18 @@ import (
 // bounded window, so a claim's cost does not grow with the backlog), and
 // beyond it, group by group, when the window's groups are blocked (see
 // claimGroups).
-func (s *Store) claim(ctx context.Context, p outbox.MessageClaimParams, now time.Time) ([]outbox.Message, error) {
+func (d *dialect) Claim(ctx context.Context, p outbox.MessageClaimParams, now time.Time) ([]outbox.Message, error) {
 	var out []outbox.Message
-	err := s.inTx(ctx, func(tx sqlstore.Querier) error {
+	err := d.WriteTx(ctx, func(tx sqlstore.Querier) error {
 		var err error
-		out, err = s.claimTx(ctx, tx, p, now)
+		out, err = d.claimTx(ctx, tx, p, now)
 		return err
 	})
 	return out, err
 }
 
-func (s *Store) claimTx(ctx context.Context, tx sqlstore.Querier, p outbox.MessageClaimParams, now time.Time) ([]outbox.Message, error) {
-	m := s.q.messages
+func (d *dialect) claimTx(ctx context.Context, tx sqlstore.Querier, p outbox.MessageClaimParams, now time.Time) ([]outbox.Message, error) {
+	m := d.q.messages
 	nowS := ts(now)
 	topicFilter := ""
 	var topicArgs []any
@@ -58,8 +68,8 @@ func (s *Store) claimTx(ctx context.Context, tx sqlstore.Querier, p outbox.Messa
 	// key (see lockGroupRuns: a locking read through a secondary index
 	// keeps that index's records of skipped rows locked).
 	args := append(append([]any{nowS}, topicArgs...), 2*p.Limit)
-	cands, err := sqlstore.QuerySeqs(ctx, tx, `SELECT seq FROM `+m+` FORCE INDEX (`+s.env.Prefix+`messages_claim)
-		WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= ?`+topicFilter+adminsql.NotPaused(s.PausesTable(), "")+`
+	cands, err := sqlstore.QuerySeqs(ctx, tx, `SELECT seq FROM `+m+` FORCE INDEX (`+d.env.Prefix+`messages_claim)
+		WHERE status = 'PENDING' AND grp = '' AND next_attempt_at <= ?`+topicFilter+adminsql.NotPaused(d.q.pauses, "")+`
 		ORDER BY seq LIMIT ?`, args...)
 	if err != nil {
 		return nil, err
@@ -77,7 +87,7 @@ func (s *Store) claimTx(ctx context.Context, tx sqlstore.Querier, p outbox.Messa
 			return nil, err
 		}
 	}
-	ordered, err := s.claimGroups(ctx, tx, nowS, topicFilter, topicArgs, p.Limit)
+	ordered, err := d.claimGroups(ctx, tx, nowS, topicFilter, topicArgs, p.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -125,8 +135,8 @@ type head struct {
 // every group with a PENDING message (a loose scan of
 // messages_group_status: one index descent per group), so no group starves
 // behind blocked ones.
-func (s *Store) claimGroups(ctx context.Context, tx sqlstore.Querier, nowS, topicFilter string, topicArgs []any, limit int) ([]int64, error) {
-	m := s.q.messages
+func (d *dialect) claimGroups(ctx context.Context, tx sqlstore.Querier, nowS, topicFilter string, topicArgs []any, limit int) ([]int64, error) {
+	m := d.q.messages
 	wTopic := strings.ReplaceAll(topicFilter, "topic", "w.topic")
 	// The window's last seq: none when the window is not full (every
 	// due PENDING ordered message is in it).
@@ -134,7 +144,7 @@ func (s *Store) claimGroups(ctx context.Context, tx sqlstore.Querier, nowS, topi
 	var windowEnd int64
 	full := true
 	args := append(append([]any{nowS}, topicArgs...), budget-1)
-	err := tx.QueryRowContext(ctx, `SELECT w.seq FROM `+m+` w FORCE INDEX (`+s.env.Prefix+`messages_head)
+	err := tx.QueryRowContext(ctx, `SELECT w.seq FROM `+m+` w FORCE INDEX (`+d.env.Prefix+`messages_head)
 		WHERE w.status = 'PENDING' AND w.grp <> '' AND w.next_attempt_at <= ?`+wTopic+`
 		ORDER BY w.seq LIMIT 1 OFFSET ?`, args...).Scan(&windowEnd)
 	switch {
@@ -153,11 +163,11 @@ func (s *Store) claimGroups(ctx context.Context, tx sqlstore.Querier, nowS, topi
 		window = ` AND w.seq <= ?`
 	}
 	headsSQL := `SELECT w.tenant, w.topic, w.grp, w.seq
-		FROM ` + m + ` w FORCE INDEX (` + s.env.Prefix + `messages_head)
+		FROM ` + m + ` w FORCE INDEX (` + d.env.Prefix + `messages_head)
 		WHERE w.status = 'PENDING' AND w.grp <> '' AND w.next_attempt_at <= ?` + wTopic + ` AND w.seq > ?` + window +
-		adminsql.NotPaused(s.PausesTable(), "w.") + s.noEarlierOpen("w") + `
+		adminsql.NotPaused(d.q.pauses, "w.") + d.noEarlierOpen("w") + `
 		ORDER BY w.seq LIMIT ?`
-	per := s.env.ClaimPerGroup
+	per := d.env.ClaimPerGroup
 	var (
 		out    []int64
 		capped []groupRun
@@ -169,7 +179,7 @@ func (s *Store) claimGroups(ctx context.Context, tx sqlstore.Querier, nowS, topi
 		if full {
 			args = append(args, windowEnd)
 		}
-		heads, err := s.queryHeads(ctx, tx, headsSQL, append(args, page)...)
+		heads, err := d.queryHeads(ctx, tx, headsSQL, append(args, page)...)
 		if err != nil {
 			return nil, err
 		}
@@ -177,7 +187,7 @@ func (s *Store) claimGroups(ctx context.Context, tx sqlstore.Querier, nowS, topi
 			break
 		}
 		var c []groupRun
-		if out, c, err = s.lockRuns(ctx, tx, heads, nowS, limit, out); err != nil {
+		if out, c, err = d.lockRuns(ctx, tx, heads, nowS, limit, out); err != nil {
 			return nil, err
 		}
 		capped = append(capped, c...)
@@ -190,40 +200,40 @@ func (s *Store) claimGroups(ctx context.Context, tx sqlstore.Querier, nowS, topi
 		// The window was full and did not fill the claim: the groups
 		// whose first PENDING message lies beyond it, oldest first.
 		args := append(append([]any{}, topicArgs...), windowEnd, nowS, limit-len(out)+100)
-		more, err := s.queryHeads(ctx, tx, `SELECT w.tenant, w.topic, w.grp, w.seq
+		more, err := d.queryHeads(ctx, tx, `SELECT w.tenant, w.topic, w.grp, w.seq
 		FROM (SELECT tenant, topic, grp, MIN(seq) AS seq
-			FROM `+m+` FORCE INDEX (`+s.env.Prefix+`messages_group_status)
+			FROM `+m+` FORCE INDEX (`+d.env.Prefix+`messages_group_status)
 			WHERE status = 'PENDING' AND grp <> ''`+topicFilter+`
 			GROUP BY tenant, topic, grp) g
 		JOIN `+m+` w ON w.seq = g.seq
-		WHERE g.seq > ? AND w.next_attempt_at <= ?`+adminsql.NotPaused(s.PausesTable(), "w.")+s.noEarlierOpen("w")+`
+		WHERE g.seq > ? AND w.next_attempt_at <= ?`+adminsql.NotPaused(d.q.pauses, "w.")+d.noEarlierOpen("w")+`
 		ORDER BY g.seq LIMIT ?`, args...)
 		if err != nil {
 			return nil, err
 		}
 		var c []groupRun
-		if out, c, err = s.lockRuns(ctx, tx, more, nowS, limit, out); err != nil {
+		if out, c, err = d.lockRuns(ctx, tx, more, nowS, limit, out); err != nil {
 			return nil, err
 		}
 		capped = append(capped, c...)
 	}
-	return s.extendRuns(ctx, tx, capped, nowS, limit, out)
+	return d.extendRuns(ctx, tx, capped, nowS, limit, out)
 }
 
 // noEarlierOpen is the head condition on the message aliased w: no earlier
 // open message in its group (PENDING, PROCESSING, or a dead letter that
 // blocks its group).
-func (s *Store) noEarlierOpen(w string) string {
+func (d *dialect) noEarlierOpen(w string) string {
 	return `
 			AND NOT EXISTS (
-				SELECT 1 FROM ` + s.q.messages + ` b FORCE INDEX (` + s.env.Prefix + `messages_group_status)
+				SELECT 1 FROM ` + d.q.messages + ` b FORCE INDEX (` + d.env.Prefix + `messages_group_status)
 				WHERE b.tenant = ` + w + `.tenant AND b.topic = ` + w + `.topic AND b.grp = ` + w + `.grp
 					AND b.status IN ('PENDING', 'PROCESSING', 'FAILED') AND b.seq < ` + w + `.seq
 					AND (b.status <> 'FAILED' OR b.blocks_group))`
 }
 
 // queryHeads runs a query returning (tenant, topic, grp, seq) rows.
-func (s *Store) queryHeads(ctx context.Context, tx sqlstore.Querier, query string, args ...any) ([]head, error) {
+func (d *dialect) queryHeads(ctx context.Context, tx sqlstore.Querier, query string, args ...any) ([]head, error) {
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -245,8 +255,8 @@ func (s *Store) queryHeads(ctx context.Context, tx sqlstore.Querier, query strin
 // messages per group; it returns the runs cut there that could go on (see
 // extendRuns). Each round costs two statements whatever the number of
 // groups in it (see lockGroupRuns).
-func (s *Store) lockRuns(ctx context.Context, tx sqlstore.Querier, heads []head, nowS string, limit int, out []int64) ([]int64, []groupRun, error) {
-	per := s.env.ClaimPerGroup
+func (d *dialect) lockRuns(ctx context.Context, tx sqlstore.Querier, heads []head, nowS string, limit int, out []int64) ([]int64, []groupRun, error) {
+	per := d.env.ClaimPerGroup
 	var capped []groupRun
 	for i := 0; i < len(heads) && len(out) < limit; {
 		room := limit - len(out)
@@ -258,7 +268,7 @@ func (s *Store) lockRuns(ctx context.Context, tx sqlstore.Querier, heads []head,
 			chunk[j] = groupRun{h: h, from: h.seq, n: min(per, room)}
 		}
 		i += k
-		if err := s.lockGroupRuns(ctx, tx, chunk, nowS); err != nil {
+		if err := d.lockGroupRuns(ctx, tx, chunk, nowS); err != nil {
 			return nil, nil, err
 		}
 		for _, r := range chunk {
@@ -274,8 +284,8 @@ func (s *Store) lockRuns(ctx context.Context, tx sqlstore.Querier, heads []head,
 // extendRuns uses the room left in a claim to extend the runs cut at
 // Options.ClaimPerGroup, in order, so that a deep backlog in a few groups
 // still fills a claim.
-func (s *Store) extendRuns(ctx context.Context, tx sqlstore.Querier, capped []groupRun, nowS string, limit int, out []int64) ([]int64, error) {
-	per := s.env.ClaimPerGroup
+func (d *dialect) extendRuns(ctx context.Context, tx sqlstore.Querier, capped []groupRun, nowS string, limit int, out []int64) ([]int64, error) {
+	per := d.env.ClaimPerGroup
 	for len(capped) > 0 && len(out) < limit {
 		room := limit - len(out)
 		chunk := make([]groupRun, min(len(capped), (room+per-1)/per+8, maxRoundGroups))
@@ -283,7 +293,7 @@ func (s *Store) extendRuns(ctx context.Context, tx sqlstore.Querier, capped []gr
 			chunk[j] = groupRun{h: r.h, from: r.run[len(r.run)-1] + 1, n: room}
 		}
 		capped = capped[len(chunk):]
-		if err := s.lockGroupRuns(ctx, tx, chunk, nowS); err != nil {
+		if err := d.lockGroupRuns(ctx, tx, chunk, nowS); err != nil {
 			return nil, err
 		}
 		for _, r := range chunk {
@@ -317,8 +327,8 @@ type groupRun struct {
 // rows other claimers hold and rows no longer PENDING and due; a group's
 // run is the prefix of its candidates that was locked, so a message
 // another claimer holds (or took since the read) ends the run before it.
-func (s *Store) lockGroupRuns(ctx context.Context, tx sqlstore.Querier, runs []groupRun, nowS string) error {
-	m := s.q.messages
+func (d *dialect) lockGroupRuns(ctx context.Context, tx sqlstore.Querier, runs []groupRun, nowS string) error {
+	m := d.q.messages
 	var (
 		b    strings.Builder
 		args []any
@@ -331,7 +341,7 @@ func (s *Store) lockGroupRuns(ctx context.Context, tx sqlstore.Querier, runs []g
 			b.WriteByte('(')
 		}
 		b.WriteString(`SELECT ` + strconv.Itoa(j) + `, seq, status = 'PENDING' AND next_attempt_at <= ?
-			FROM ` + m + ` FORCE INDEX (` + s.env.Prefix + `messages_group_seq)
+			FROM ` + m + ` FORCE INDEX (` + d.env.Prefix + `messages_group_seq)
 			WHERE tenant = ? AND topic = ? AND grp = ? AND seq >= ?
 				AND status IN ('PENDING', 'PROCESSING', 'FAILED') AND (status <> 'FAILED' OR blocks_group)
 			ORDER BY seq LIMIT ?`)

@@ -49,14 +49,16 @@
 //
 // # One shape for every store
 //
-// Store has the method set of every outboxkit store: the ports
-// (outbox.Store, outbox.Enqueuer, outbox.InboxStore, outbox.Waker), InTx,
-// MessageListTx, Migrate, MigrateTo, MigrateDown, Migrations (the rendered
-// SQL, for your own migration tool), SchemaVersion and Elector (single-active
-// mode, by GET_LOCK), and the options TablePrefix, ClaimPerGroup, Clock and
-// Logger. The database/sql code is shared with store/sqlite; what is this store's own is in claim.go and
-// finish.go (claims with SKIP LOCKED, one batched UPDATE per kind of
-// outcome), enqueue.go, the transactions and GET_LOCK for migrations.
+// Store has the method set of every outboxkit store (the ports, InTx,
+// MessageListTx, the migration API with Migrations, the rendered SQL for your
+// own migration tool, and Elector, single-active mode by GET_LOCK), checked
+// at compile time, and the options TablePrefix, ClaimPerGroup, Clock and
+// Logger. Its files are those of every store: store.go, enqueue.go,
+// claim.go, finish.go, lease.go, query.go, admin.go, inbox.go, migrate.go
+// and elector.go. The database/sql code is shared with store/sqlite; what
+// is this store's own is its claim (SKIP LOCKED), its batch of outcomes
+// (one UPDATE per kind of outcome), its multi-row insert, its transactions
+// (deadlock victims retried) and GET_LOCK for migrations.
 //
 // # Payloads
 //

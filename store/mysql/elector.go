@@ -67,7 +67,7 @@ const minCheckTimeout = 5 * time.Second
 // single-active mode is for users who want one active processor, not a
 // correctness requirement.
 type Elector struct {
-	s      *Store
+	d      *dialect
 	opts   ElectorOptions
 	leader atomic.Bool
 }
@@ -83,7 +83,7 @@ func (s *Store) Elector(opts ElectorOptions) *Elector {
 	if opts.CheckInterval <= 0 {
 		opts.CheckInterval = 2 * time.Second
 	}
-	return &Elector{s: s, opts: opts}
+	return &Elector{d: s.d, opts: opts}
 }
 
 // IsLeader reports whether this Elector holds the leadership now.
@@ -110,7 +110,7 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error
 		conn, name, err := e.connect(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				e.s.env.Log.WarnContext(ctx, "outboxkit/mysql: elector cannot connect", "err", err)
+				e.d.env.Log.WarnContext(ctx, "outboxkit/mysql: elector cannot connect", "err", err)
 			}
 			if !sleepCtx(ctx, e.opts.RetryInterval) {
 				return nil
@@ -129,7 +129,7 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error
 // connect takes a connection out of the store's pool and names the lock
 // after its database.
 func (e *Elector) connect(ctx context.Context) (*sql.Conn, string, error) {
-	conn, err := e.s.db.Conn(ctx)
+	conn, err := e.d.db.Conn(ctx)
 	if err != nil {
 		return nil, "", err
 	}
@@ -143,7 +143,7 @@ func (e *Elector) connect(ctx context.Context) (*sql.Conn, string, error) {
 
 // lockName is the GET_LOCK name of this election in database.
 func (e *Elector) lockName(database string) string {
-	name := "outboxkit:" + database + "." + e.s.q.messages + ":" + e.opts.Name
+	name := "outboxkit:" + database + "." + e.d.q.messages + ":" + e.opts.Name
 	if len(name) <= 64 {
 		return name
 	}
@@ -167,7 +167,7 @@ func (e *Elector) campaign(ctx context.Context, conn *sql.Conn, name string, lea
 		var got sql.NullInt64
 		if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 0)`, name).Scan(&got); err != nil || !got.Valid {
 			if ctx.Err() == nil {
-				e.s.env.Log.WarnContext(ctx, "outboxkit/mysql: elector lost its connection", "err", cmpErr(err, errLockNull))
+				e.d.env.Log.WarnContext(ctx, "outboxkit/mysql: elector lost its connection", "err", cmpErr(err, errLockNull))
 			}
 			return
 		}
@@ -202,7 +202,7 @@ func cmpErr(err, alt error) error {
 // (and still holds the lock).
 func (e *Elector) lead(ctx context.Context, conn *sql.Conn, name string, lead func(ctx context.Context)) bool {
 	e.leader.Store(true)
-	e.s.env.Log.InfoContext(ctx, "outboxkit/mysql: became leader", "election", e.opts.Name)
+	e.d.env.Log.InfoContext(ctx, "outboxkit/mysql: became leader", "election", e.opts.Name)
 	lctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -221,7 +221,7 @@ watch:
 			break watch
 		case <-t.C:
 			if err := e.check(ctx, conn, name); err != nil {
-				e.s.env.Log.WarnContext(ctx, "outboxkit/mysql: leader lost its lock, stepping down", "err", err)
+				e.d.env.Log.WarnContext(ctx, "outboxkit/mysql: leader lost its lock, stepping down", "err", err)
 				healthy = false
 				break watch
 			}
@@ -230,7 +230,7 @@ watch:
 	e.leader.Store(false)
 	cancel()
 	<-done
-	e.s.env.Log.InfoContext(context.WithoutCancel(ctx), "outboxkit/mysql: stepped down", "election", e.opts.Name)
+	e.d.env.Log.InfoContext(context.WithoutCancel(ctx), "outboxkit/mysql: stepped down", "election", e.opts.Name)
 	return healthy && ctx.Err() == nil
 }
 

@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -10,7 +11,31 @@ import (
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
-// insert locks the ordered groups of msgs (in key order, so one batch never
+// MessageEnqueue implements outbox.Enqueuer: it inserts p.Messages in a
+// transaction of its own, commits, and wakes the Wakeups listeners. See
+// MessageEnqueueTx.
+func (s *Store) MessageEnqueue(ctx context.Context, p outbox.MessageEnqueueParams) ([]outbox.Enqueued, error) {
+	return s.core.MessageEnqueue(ctx, p)
+}
+
+// MessageEnqueueTx implements outbox.Enqueuer[*sql.Tx]: it inserts
+// p.Messages in the caller's transaction tx, so they exist if and only if
+// tx commits. A repeated (Tenant, IdempotencyKey) inserts nothing, raises no
+// error and returns the stored message with Existed = true; tx stays
+// usable.
+//
+// The store cannot see when tx commits, so Wakeups is not signalled: use
+// InTx, call Notify after the commit, or let the processor's poll pick the
+// messages up.
+func (s *Store) MessageEnqueueTx(ctx context.Context, tx *sql.Tx, p outbox.MessageEnqueueParams) ([]outbox.Enqueued, error) {
+	return s.core.MessageEnqueueTx(ctx, tx, p)
+}
+
+// MaxPayloadBytes implements outbox.PayloadLimiter: the largest payload the
+// store holds (see the store's Options documentation).
+func (s *Store) MaxPayloadBytes() int { return s.core.MaxPayloadBytes() }
+
+// Insert locks the ordered groups of msgs (in key order, so one batch never
 // deadlocks with another) and inserts the messages: in multi-row
 // statements when there are several and every ID was generated for this
 // call (insertBatch), one by one otherwise. A message whose (tenant,
@@ -21,7 +46,7 @@ import (
 // enqueueing into the same group waits until the first commits or rolls
 // back, which makes a group's commit order its sequence order (so a claimer
 // never sees message n+1 of a group before message n).
-func (s *Store) insert(ctx context.Context, q sqlstore.Querier, msgs []outbox.Message) ([]outbox.Enqueued, error) {
+func (d *dialect) Insert(ctx context.Context, q sqlstore.Querier, msgs []outbox.Message) ([]outbox.Enqueued, error) {
 	var groups []sqlstore.GroupKey
 	seen := map[sqlstore.GroupKey]bool{}
 	for i := range msgs {
@@ -44,16 +69,16 @@ func (s *Store) insert(ctx context.Context, q sqlstore.Querier, msgs []outbox.Me
 		for _, k := range chunk {
 			args = append(args, k.Tenant, k.Topic, k.Grp)
 		}
-		if _, err := q.ExecContext(ctx, s.q.lockGroups(len(chunk)), args...); err != nil {
+		if _, err := q.ExecContext(ctx, d.q.lockGroups(len(chunk)), args...); err != nil {
 			return nil, fmt.Errorf("lock groups: %w", err)
 		}
 	}
 	if len(msgs) > 1 && generatedIDs(msgs) {
-		return s.insertBatch(ctx, q, msgs)
+		return d.insertBatch(ctx, q, msgs)
 	}
 	out := make([]outbox.Enqueued, 0, len(msgs))
 	for i, m := range msgs {
-		res, err := q.ExecContext(ctx, s.q.insert, insertArgs(nil, &m)...)
+		res, err := q.ExecContext(ctx, d.q.insert, insertArgs(nil, &m)...)
 		if err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
@@ -74,7 +99,7 @@ func (s *Store) insert(ctx context.Context, q sqlstore.Querier, msgs []outbox.Me
 		}
 		// Nothing inserted: the (tenant, key) exists (the original is
 		// returned), or the ID is used by another message.
-		orig, err := sqlstore.Original(ctx, q, s.q.selectByKey, i, m)
+		orig, err := sqlstore.Original(ctx, q, d.q.selectByKey, i, m)
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +147,7 @@ const (
 // not promise consecutive values within a statement. A message whose ID is
 // not found inserted nothing: its (tenant, idempotency_key) is stored, or
 // repeats an earlier message of the call, and the original is read back.
-func (s *Store) insertBatch(ctx context.Context, q sqlstore.Querier, msgs []outbox.Message) ([]outbox.Enqueued, error) {
+func (d *dialect) insertBatch(ctx context.Context, q sqlstore.Querier, msgs []outbox.Message) ([]outbox.Enqueued, error) {
 	out := make([]outbox.Enqueued, len(msgs))
 	for start := 0; start < len(msgs); {
 		end, size := start, 0
@@ -137,7 +162,7 @@ func (s *Store) insertBatch(ctx context.Context, q sqlstore.Querier, msgs []outb
 			args = insertArgs(args, &chunk[i])
 			ids[i] = chunk[i].ID
 		}
-		if _, err := q.ExecContext(ctx, s.q.insertRows(len(chunk)), args...); err != nil {
+		if _, err := q.ExecContext(ctx, d.q.insertRows(len(chunk)), args...); err != nil {
 			return nil, fmt.Errorf("messages %d-%d: %w", start, end-1, err)
 		}
 		// A row found by ID is this call's only with the message's tenant
@@ -148,7 +173,7 @@ func (s *Store) insertBatch(ctx context.Context, q sqlstore.Querier, msgs []outb
 			tenant, key string
 		}
 		seqs := make(map[string]stored, len(chunk))
-		rows, err := q.QueryContext(ctx, `SELECT id, seq, tenant, idempotency_key FROM `+s.q.messages+` WHERE id IN (`+sqlstore.Placeholders(len(ids))+`)`, ids...)
+		rows, err := q.QueryContext(ctx, `SELECT id, seq, tenant, idempotency_key FROM `+d.q.messages+` WHERE id IN (`+sqlstore.Placeholders(len(ids))+`)`, ids...)
 		if err != nil {
 			return nil, fmt.Errorf("messages %d-%d: read seqs: %w", start, end-1, err)
 		}
@@ -171,7 +196,7 @@ func (s *Store) insertBatch(ctx context.Context, q sqlstore.Querier, msgs []outb
 				out[start+i] = outbox.Enqueued{Message: m}
 				continue
 			}
-			orig, err := sqlstore.Original(ctx, q, s.q.selectByKey, start+i, m)
+			orig, err := sqlstore.Original(ctx, q, d.q.selectByKey, start+i, m)
 			if err != nil {
 				return nil, err
 			}

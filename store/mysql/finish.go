@@ -11,135 +11,175 @@ import (
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
-// finish is the store's MessageFinish: one locking read of the batch's
-// leases, one UPDATE per kind of outcome (per-message values chosen with
-// CASE), and one INSERT of the attempt rows.
-func (s *Store) finish(ctx context.Context, p outbox.MessageFinishParams, now time.Time) (outbox.FinishResult, int, error) {
+// MessageFinish implements outbox.Store: it checks p, then records the
+// batch of outcomes with the store's finish, in one transaction. Every
+// outcome is fenced by the lease (status PROCESSING, ClaimedBy = p.Owner,
+// Attempts = the outcome's Attempt, claim_token = the outcome's ClaimToken,
+// NULL for ""); one whose lease was lost changes nothing and its ID is
+// returned in LeaseLost. Sent, retry and dead
+// outcomes add a row to the attempt history; a release does not (the
+// attempt is not counted). A release with NextAttemptAt is a deferral: the
+// message is due again at that time, with LastError set from its Error; a
+// plain release keeps its due time and LastError.
+func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
+	return s.core.MessageFinish(ctx, p)
+}
+
+// MessageRecover implements outbox.Store: every PROCESSING message claimed
+// before p.ClaimedBefore goes back to PENDING (due at once) without its
+// lost attempt counted, with one more recovery, or to FAILED when that
+// recovery reaches p.MaxRecoveries (outbox.DefaultMaxRecoveries when 0),
+// blocking its group when p.DeadLetter says so. Both get LastError code
+// "lease_expired" and an attempt row, numbered like the lost claim. It works
+// in transactions of 1,000 messages, skipping rows a concurrent outcome
+// holds (SKIP LOCKED).
+func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
+	return s.core.MessageRecover(ctx, p)
+}
+
+// Finish is the store's batch of outcomes (sqlstore.Dialect): one locking
+// read of the batch's leases (heldLeases), one UPDATE per kind of outcome
+// (per-message values chosen with CASE), and one INSERT of the attempt rows
+// (applyOutcomes).
+func (d *dialect) Finish(ctx context.Context, p outbox.MessageFinishParams, now time.Time) (outbox.FinishResult, int, error) {
 	var res outbox.FinishResult
+	applied := 0
+	err := d.WriteTx(ctx, func(tx sqlstore.Querier) error {
+		held, lost, err := d.heldLeases(ctx, tx, p)
+		if err != nil {
+			return err
+		}
+		res.LeaseLost, applied = lost, len(held)
+		if applied == 0 {
+			return nil
+		}
+		return d.applyOutcomes(ctx, tx, p.Outcomes, held, now)
+	})
+	return res, applied, err
+}
+
+// heldLease is a message whose lease its outcome holds.
+type heldLease struct {
+	seq    int64
+	tenant string
+}
+
+// heldLeases locks the rows of p's outcomes until tx ends and returns
+// those whose lease the outcome holds (status PROCESSING, owner p.Owner,
+// the outcome's attempt and claim token), by ID, and the IDs of the
+// others, in p's order.
+func (d *dialect) heldLeases(ctx context.Context, tx sqlstore.Querier, p outbox.MessageFinishParams) (map[string]heldLease, []string, error) {
 	type lease struct {
 		attempt int
 		token   string
 	}
 	want := make(map[string]lease, len(p.Outcomes)) // id -> the outcome's lease
-	order := make([]string, 0, len(p.Outcomes))
+	ids := make([]any, 0, len(p.Outcomes))
 	for _, o := range p.Outcomes {
 		want[o.ID] = lease{o.Attempt, o.ClaimToken}
-		order = append(order, o.ID)
+		ids = append(ids, o.ID)
 	}
+	// Only the batch's rows are locked, through the id index, in id
+	// order: concurrent finishers never lock rows they do not name, so
+	// they do not deadlock. Status, owner, attempt and claim token are
+	// checked here, not in the WHERE clause, which could lead the
+	// optimizer to scan (and lock) every PROCESSING row.
+	rows, err := tx.QueryContext(ctx, `SELECT seq, id, tenant, attempts, status, claimed_by, claim_token
+		FROM `+d.q.messages+` FORCE INDEX (`+d.env.Prefix+`messages_id)
+		WHERE id IN (`+sqlstore.Placeholders(len(ids))+`) ORDER BY id FOR UPDATE`, ids...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	held := make(map[string]heldLease, len(ids))
+	for rows.Next() {
+		var id, tenant, status string
+		var owner, token sql.NullString
+		var seq int64
+		var attempts int
+		if err := rows.Scan(&seq, &id, &tenant, &attempts, &status, &owner, &token); err != nil {
+			return nil, nil, err
+		}
+		// A NULL token (a lease taken before tokens) matches an outcome
+		// without one.
+		if status == string(outbox.StatusProcessing) && owner.String == p.Owner && want[id] == (lease{attempts, token.String}) {
+			held[id] = heldLease{seq: seq, tenant: tenant}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	var lost []string
+	for _, o := range p.Outcomes {
+		if _, ok := held[o.ID]; !ok {
+			lost = append(lost, o.ID)
+		}
+	}
+	return held, lost, nil
+}
+
+// applyOutcomes records the outcomes whose lease is held at now: one UPDATE
+// per kind (the per-message values go through CASE) and one INSERT of the
+// attempt rows.
+func (d *dialect) applyOutcomes(ctx context.Context, tx sqlstore.Querier, outcomes []outbox.Outcome, held map[string]heldLease, now time.Time) error {
 	nowS := ts(now)
-	started := func(t time.Time) time.Time {
-		if t.IsZero() {
-			return now
+	att := sqlstore.NewAttemptRows(syntax)
+	var sent, retry, dead, rel caseUpdate
+	for _, o := range outcomes {
+		h, ok := held[o.ID]
+		if !ok {
+			continue
 		}
-		return s.env.Now(t)
-	}
-	m := s.q.messages
-	applied := 0
-	err := s.inTx(ctx, func(tx sqlstore.Querier) error {
-		res.LeaseLost, applied = nil, 0
-		// The leases that hold, locked until commit.
-		args := []any{p.Owner}
-		for _, id := range order {
-			args = append(args, id)
-		}
-		// Only the batch's rows are locked, through the id index, in id
-		// order: concurrent finishers never lock rows they do not name, so
-		// they do not deadlock. Status, owner, attempt and claim token are
-		// checked here, not in the WHERE clause, which could lead the
-		// optimizer to scan (and lock) every PROCESSING row.
-		rows, err := tx.QueryContext(ctx, `SELECT seq, id, tenant, attempts, status, claimed_by, claim_token
-			FROM `+m+` FORCE INDEX (`+s.env.Prefix+`messages_id)
-			WHERE id IN (`+sqlstore.Placeholders(len(order))+`) ORDER BY id FOR UPDATE`, args[1:]...)
-		if err != nil {
-			return err
-		}
-		held := make(map[string]string, len(order)) // id -> tenant
-		seqOf := make(map[string]int64, len(order))
-		for rows.Next() {
-			var id, tenant, status string
-			var owner, token sql.NullString
-			var seq int64
-			var attempts int
-			if err := rows.Scan(&seq, &id, &tenant, &attempts, &status, &owner, &token); err != nil {
-				rows.Close()
-				return err
-			}
-			// A NULL token (a lease taken before tokens) matches an
-			// outcome without one.
-			if status == string(outbox.StatusProcessing) && owner.String == p.Owner && want[id] == (lease{attempts, token.String}) {
-				held[id] = tenant
-				seqOf[id] = seq
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, id := range order {
-			if _, ok := held[id]; !ok {
-				res.LeaseLost = append(res.LeaseLost, id)
-			}
-		}
-		applied = len(held)
-		if applied == 0 {
-			return nil
-		}
-		att := sqlstore.NewAttemptRows(dialect)
-		// One UPDATE per kind; the per-message values go through CASE.
-		var sent, retry, dead, rel caseUpdate
-		for _, o := range p.Outcomes {
-			tenant, ok := held[o.ID]
-			if !ok {
-				continue
-			}
-			seq := seqOf[o.ID]
-			var next time.Time
-			switch o.Kind {
-			case outbox.OutcomeSent:
-				sent.add(seq, sqlstore.NullString(o.ProviderMessageID))
-			case outbox.OutcomeRetry:
-				next = s.env.Now(o.NextAttemptAt)
-				retry.add(seq, ts(next), o.Error.Code, o.Error.Message)
-			case outbox.OutcomeDead:
-				dead.add(seq, o.Error.Code, o.Error.Message, o.BlockGroup)
-			case outbox.OutcomeReleased:
-				// The attempt is not counted; a deferral sets the due
-				// time and the reason.
-				var nextV, code, msg any
-				if !o.NextAttemptAt.IsZero() {
-					nextV = ts(s.env.Now(o.NextAttemptAt))
-					if o.Error != nil {
-						code, msg = o.Error.Code, o.Error.Message
-					}
+		var next time.Time
+		switch o.Kind {
+		case outbox.OutcomeSent:
+			sent.add(h.seq, sqlstore.NullString(o.ProviderMessageID))
+		case outbox.OutcomeRetry:
+			next = d.env.Now(o.NextAttemptAt)
+			retry.add(h.seq, ts(next), o.Error.Code, o.Error.Message)
+		case outbox.OutcomeDead:
+			dead.add(h.seq, o.Error.Code, o.Error.Message, o.BlockGroup)
+		case outbox.OutcomeReleased:
+			// The attempt is not counted; a deferral sets the due time and
+			// the reason.
+			var nextV, code, msg any
+			if !o.NextAttemptAt.IsZero() {
+				nextV = ts(d.env.Now(o.NextAttemptAt))
+				if o.Error != nil {
+					code, msg = o.Error.Code, o.Error.Message
 				}
-				rel.add(seq, nextV, code, msg)
 			}
-			att.AddOutcome(o, tenant, next, started(o.StartedAt), now)
+			rel.add(h.seq, nextV, code, msg)
 		}
-		if err := sent.exec(ctx, tx, m, `status = 'SENT', provider_message_id = {0}, sent_at = ?, updated_at = ?,
-			claimed_at = NULL, claimed_by = NULL, claim_token = NULL`, nowS, nowS); err != nil {
-			return err
+		started := now
+		if !o.StartedAt.IsZero() {
+			started = d.env.Now(o.StartedAt)
 		}
-		if err := retry.exec(ctx, tx, m, `status = 'PENDING', next_attempt_at = {0}, last_error_code = {1},
-			last_error_message = {2}, updated_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL`, nowS); err != nil {
-			return err
-		}
-		// A dead letter recorded with BlockGroup holds its group (never one
-		// of group "": there is no group to hold).
-		if err := dead.exec(ctx, tx, m, `status = 'FAILED', last_error_code = {0}, last_error_message = {1},
-			updated_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL, blocks_group = ({2} AND grp <> '')`, nowS); err != nil {
-			return err
-		}
-		if err := rel.exec(ctx, tx, m, `status = 'PENDING', attempts = attempts - 1, updated_at = ?,
-			next_attempt_at = COALESCE({0}, next_attempt_at),
-			last_error_code = CASE WHEN {1} IS NULL THEN last_error_code ELSE {1} END,
-			last_error_message = CASE WHEN {1} IS NULL THEN last_error_message ELSE {2} END,
-			claimed_at = NULL, claimed_by = NULL, claim_token = NULL`, nowS); err != nil {
-			return err
-		}
-		return att.Exec(ctx, tx, s.q.attempts)
-	})
-	return res, applied, err
+		att.AddOutcome(o, h.tenant, next, started, now)
+	}
+	m := d.q.messages
+	if err := sent.exec(ctx, tx, m, `status = 'SENT', provider_message_id = {0}, sent_at = ?, updated_at = ?,
+		claimed_at = NULL, claimed_by = NULL, claim_token = NULL`, nowS, nowS); err != nil {
+		return err
+	}
+	if err := retry.exec(ctx, tx, m, `status = 'PENDING', next_attempt_at = {0}, last_error_code = {1},
+		last_error_message = {2}, updated_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL`, nowS); err != nil {
+		return err
+	}
+	// A dead letter recorded with BlockGroup holds its group (never one of
+	// group "": there is no group to hold).
+	if err := dead.exec(ctx, tx, m, `status = 'FAILED', last_error_code = {0}, last_error_message = {1},
+		updated_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL, blocks_group = ({2} AND grp <> '')`, nowS); err != nil {
+		return err
+	}
+	if err := rel.exec(ctx, tx, m, `status = 'PENDING', attempts = attempts - 1, updated_at = ?,
+		next_attempt_at = COALESCE({0}, next_attempt_at),
+		last_error_code = CASE WHEN {1} IS NULL THEN last_error_code ELSE {1} END,
+		last_error_message = CASE WHEN {1} IS NULL THEN last_error_message ELSE {2} END,
+		claimed_at = NULL, claimed_by = NULL, claim_token = NULL`, nowS); err != nil {
+		return err
+	}
+	return att.Exec(ctx, tx, d.q.attempts)
 }
 
 // caseUpdate builds one UPDATE of several messages by seq (the primary

@@ -10,6 +10,31 @@ import (
 	"github.com/outboxkit/outboxkit/internal/sqlstore"
 )
 
+// Migrations returns every embedded migration, oldest first, rendered for
+// the store's table prefix. Users with their own migration tool can apply
+// Up and Down themselves instead of calling Migrate.
+func (s *Store) Migrations() []Migration { return s.core.Migrations() }
+
+// Migrate brings the schema up to the newest embedded migration. It is
+// idempotent and safe to call from many replicas at once: they serialise on
+// the store's migration lock, and the later ones find nothing to do.
+func (s *Store) Migrate(ctx context.Context) error { return s.core.Migrate(ctx) }
+
+// MigrateTo moves the schema to version target: up when it is behind, down
+// (running the down migrations, newest first) when it is ahead. Version 0
+// removes every table of the store, including the schema version table.
+func (s *Store) MigrateTo(ctx context.Context, target int) error {
+	return s.core.MigrateTo(ctx, target)
+}
+
+// MigrateDown reverts every applied migration, newest first, and drops the
+// schema version table (MigrateTo 0): the store's tables and their data are
+// gone. It is meant for tests and for uninstalling.
+func (s *Store) MigrateDown(ctx context.Context) error { return s.core.MigrateDown(ctx) }
+
+// SchemaVersion returns the newest applied migration version, 0 when none.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) { return s.core.SchemaVersion(ctx) }
+
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
@@ -21,28 +46,28 @@ type Migration = sqlstore.Migration
 // another replica's migration to finish.
 const migrateLockTimeout = 5 * time.Minute
 
-// withMigrateLock runs fn on one connection holding a named lock (GET_LOCK)
+// MigrateTx runs fn on one connection holding a named lock (GET_LOCK)
 // scoped to the database and the table prefix, so replicas that migrate at
 // the same time run one after the other. MySQL commits DDL statement by
 // statement, so a migration is not atomic; every statement of the embedded
 // migrations is idempotent (IF NOT EXISTS), so a migration interrupted
 // half-way completes on the next call.
-func (s *Store) withMigrateLock(ctx context.Context, fn func(q sqlstore.Querier) error) error {
-	c, err := s.db.Conn(ctx)
+func (d *dialect) MigrateTx(ctx context.Context, fn func(q sqlstore.Querier) error) error {
+	c, err := d.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("mysql: migrate: connection: %w", err)
 	}
 	defer c.Close()
 	var got sql.NullInt64
 	if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(CONCAT('outboxkit:', MD5(CONCAT(COALESCE(DATABASE(), ''), '.', ?))), ?)`,
-		s.env.Prefix, int(migrateLockTimeout/time.Second)).Scan(&got); err != nil {
+		d.env.Prefix, int(migrateLockTimeout/time.Second)).Scan(&got); err != nil {
 		return fmt.Errorf("mysql: migrate: lock: %w", err)
 	}
 	if !got.Valid || got.Int64 != 1 {
 		return fmt.Errorf("mysql: migrate: another migration held the lock for %v", migrateLockTimeout)
 	}
 	defer func() {
-		_, _ = c.ExecContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(CONCAT('outboxkit:', MD5(CONCAT(COALESCE(DATABASE(), ''), '.', ?))))`, s.env.Prefix)
+		_, _ = c.ExecContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(CONCAT('outboxkit:', MD5(CONCAT(COALESCE(DATABASE(), ''), '.', ?))))`, d.env.Prefix)
 	}()
 	return fn(c)
 }

@@ -42,38 +42,79 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// core is the code this store shares with store/sqlite: its exported
-// methods (queries, operator actions, receipts, pruning, recovery,
-// migrations, InTx, Wakeups, Notify, DB, Close) are Store's own.
-type core = sqlstore.Store
-
 // Store is the MySQL/MariaDB outbox store. It is safe for concurrent use.
 // Create it with New and call Migrate before using it.
-//
-// Besides the methods listed here, Store has those it shares with the
-// other database/sql store (documented on internal/sqlstore.Store, whose
-// docs they carry): MessageEnqueue, MessageEnqueueTx, MessageClaim,
-// MessageFinish, MessageRecover, MessageGet, MessageList, MessageListTx,
-// MessageCount, AttemptList, MessageRequeue, MessageCancel, MessagePrune,
-// MessageApplyReceipt, InboxClaimTx, InboxPrune, InTx, Wakeups, Notify,
-// Migrate, MigrateTo, MigrateDown, Migrations, SchemaVersion, DB, Close,
-// and the outbox.Admin methods.
 type Store struct {
-	*core
+	// core is the database/sql code this store shares with store/sqlite;
+	// the methods that call it say what it does for this store.
+	core *sqlstore.Store
+	d    *dialect
+}
+
+// dialect is this store's own code, which the shared code calls through
+// sqlstore.Dialect: its transactions, migration lock, insert, claim and
+// batch of outcomes.
+type dialect struct {
+	db  *sql.DB
 	env sqlstore.Env
 	q   queries
-	db  *sql.DB
 }
 
 // Store has the method set of every store (the ports, InTx, MessageListTx
-// and the migration API), and DB, Close and Notify.
+// and the migration API), and DB, Close and Notify; its dialect is the
+// shared code's.
 var (
 	_ surface.Store[*sql.Tx] = (*Store)(nil)
 	_ surface.SQL            = (*Store)(nil)
+	_ outbox.Admin           = (*Store)(nil)
+	_ sqlstore.Dialect       = (*dialect)(nil)
 )
 
-// dialect is how MySQL differs from SQLite in the shared code.
-var dialect = sqlstore.Dialect{
+// DB returns the underlying database, for the application's own
+// transactions.
+func (s *Store) DB() *sql.DB { return s.core.DB() }
+
+// Close closes every Wakeups channel and, when the store opened the
+// database itself, the database. It is safe to call more than once.
+func (s *Store) Close() error { return s.core.Close() }
+
+// InTx runs fn in a new transaction of the store's database and commits it
+// when fn returns nil (rolls back otherwise), then wakes the processors
+// listening on Wakeups, so messages enqueued in fn with
+// outbox.Outbox.EnqueueTx are claimed at once instead of at the next poll.
+//
+//	err := st.InTx(ctx, func(tx *sql.Tx) error {
+//		if _, err := tx.ExecContext(ctx, "UPDATE orders SET ..."); err != nil {
+//			return err
+//		}
+//		_, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Payload: body})
+//		return err
+//	})
+func (s *Store) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return s.core.InTx(ctx, fn)
+}
+
+// Wakeups implements outbox.Waker: the returned channel receives a value
+// soon after messages became claimable through this store: after
+// MessageEnqueue and InTx commit, and after MessageFinish, MessageRecover,
+// MessageRequeue and MessageCancel changed something (a finished message
+// unblocks the next one of its group). Signals are coalesced: a slow reader
+// sees one value for many events. The channel is closed when ctx ends or the
+// store is closed.
+//
+// The signal is in-process only: processors in other processes find new
+// messages at their next poll. Messages enqueued with MessageEnqueueTx in a
+// transaction the application commits itself are not signalled, because the
+// store cannot see the commit: call Notify after the commit, or use InTx.
+func (s *Store) Wakeups(ctx context.Context) <-chan struct{} { return s.core.Wakeups(ctx) }
+
+// Notify wakes every Wakeups listener, e.g. right after the application
+// committed a transaction in which it enqueued messages with
+// MessageEnqueueTx. It never blocks.
+func (s *Store) Notify() { s.core.Notify() }
+
+// syntax is how MySQL's SQL text differs from SQLite's in the shared code.
+var syntax = sqlstore.Syntax{
 	Name:       "mysql",
 	Time:       func(t time.Time) any { return ts(t) },
 	Text:       func(b []byte) any { return b },
@@ -109,42 +150,41 @@ var dialect = sqlstore.Dialect{
 // writes its DATETIME columns as UTC either way), and so may
 // clientFoundRows. New does not touch the database; call Migrate.
 func New(db *sql.DB, opts Options) (*Store, error) {
-	s := &Store{db: db}
-	var err error
-	s.core, s.env, err = sqlstore.New(sqlstore.Config{
-		DB: db, Dialect: dialect,
-		TablePrefix: opts.TablePrefix, ClaimPerGroup: opts.ClaimPerGroup, Clock: opts.Clock, Logger: opts.Logger,
-		WriteTx: s.inTx, MigrateTx: s.withMigrateLock, MigrationFS: migrationFS,
-		Insert: s.insert, Claim: s.claim, Finish: s.finish,
+	env, err := sqlstore.Options(opts).Env(syntax)
+	if err != nil {
+		return nil, err
+	}
+	d := &dialect{db: db, env: env, q: newQueries(env.Prefix)}
+	core, err := sqlstore.New(sqlstore.Config{
+		DB: db, Env: env, Syntax: syntax, Dialect: d, MigrationFS: migrationFS,
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.q = newQueries(s.env.Prefix)
-	return s, nil
+	return &Store{core: core, d: d}, nil
 }
 
 // txRetries is how many times a store-owned transaction is retried after
 // the server chose it as a deadlock victim (or its lock wait timed out).
 const txRetries = 5
 
-// inTx runs fn in a store-owned READ COMMITTED transaction and commits it.
+// WriteTx runs fn in a store-owned READ COMMITTED transaction and commits it.
 // A transaction the server rolled back because of a deadlock (error 1213)
 // or a lock wait timeout (1205) is run again, up to txRetries times.
-func (s *Store) inTx(ctx context.Context, fn func(q sqlstore.Querier) error) error {
+func (d *dialect) WriteTx(ctx context.Context, fn func(q sqlstore.Querier) error) error {
 	var err error
 	for try := 0; ; try++ {
-		err = s.tryTx(ctx, fn)
+		err = d.tryTx(ctx, fn)
 		if err == nil || !retryable(err) || try >= txRetries || ctx.Err() != nil {
 			return err
 		}
-		s.env.Log.DebugContext(ctx, "outboxkit/mysql: retrying a transaction", "err", err, "try", try+1)
+		d.env.Log.DebugContext(ctx, "outboxkit/mysql: retrying a transaction", "err", err, "try", try+1)
 		time.Sleep(time.Duration(try+1) * 5 * time.Millisecond)
 	}
 }
 
-func (s *Store) tryTx(ctx context.Context, fn func(q sqlstore.Querier) error) error {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+func (d *dialect) tryTx(ctx context.Context, fn func(q sqlstore.Querier) error) error {
+	tx, err := d.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -175,7 +215,7 @@ func ts(t time.Time) string { return t.UTC().Format(dbTimeLayout) }
 // queries holds the table names and the fixed SQL, rendered once for a
 // prefix.
 type queries struct {
-	messages, attempts, groups string
+	messages, attempts, groups, pauses string
 
 	insert, selectByKey string
 }
@@ -212,7 +252,7 @@ func rowMarks(n int, row string) string {
 
 func newQueries(prefix string) queries {
 	m := prefix + "messages"
-	q := queries{messages: m, attempts: prefix + "attempts", groups: prefix + "groups"}
+	q := queries{messages: m, attempts: prefix + "attempts", groups: prefix + "groups", pauses: prefix + "pauses"}
 	// "id = id" changes nothing: a duplicate (tenant, idempotency_key) or id
 	// inserts nothing, reports 0 affected rows and raises no error, so the
 	// caller's transaction goes on.

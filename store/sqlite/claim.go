@@ -12,9 +12,20 @@ import (
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
-// claim is the store's MessageClaim: in one BEGIN IMMEDIATE transaction it
-// leases up to p.Limit due PENDING messages to p.Owner (PROCESSING,
-// Attempts+1, ClaimedAt = now) and returns them in Seq order. It keeps FIFO
+// MessageClaim implements outbox.Store: it checks p, then leases up to
+// p.Limit due PENDING messages to p.Owner (PROCESSING, Attempts+1,
+// ClaimedAt = Now), keeping FIFO per group across any number of processors,
+// and returns them ordered by Seq. A claim is one BEGIN IMMEDIATE
+// transaction (claimers take SQLite's write lock in turn); groups are
+// visited from where this Store's previous claim stopped, so that with a
+// small Limit no group starves.
+func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
+	return s.core.MessageClaim(ctx, p)
+}
+
+// Claim is the store's claim (sqlstore.Dialect): in one BEGIN IMMEDIATE
+// transaction it leases up to p.Limit due PENDING messages to p.Owner
+// (PROCESSING, Attempts+1, ClaimedAt = now) and returns them in Seq order. It keeps FIFO
 // per group: within a (tenant, topic, group) only a contiguous prefix of the
 // group's open messages is claimed, so a message is skipped while an earlier
 // message of its group is PROCESSING or PENDING and not claimed in the same
@@ -23,7 +34,7 @@ import (
 // Due unordered messages are taken oldest first. Groups are visited one
 // index seek each, starting after the group where the previous claim of this
 // Store stopped, so that with a small Limit no group starves.
-func (s *Store) claim(ctx context.Context, p outbox.MessageClaimParams, now time.Time) ([]outbox.Message, error) {
+func (d *dialect) Claim(ctx context.Context, p outbox.MessageClaimParams, now time.Time) ([]outbox.Message, error) {
 	nowUS := now.UnixMicro()
 	var topicsJSON string
 	var topics map[string]bool
@@ -39,18 +50,18 @@ func (s *Store) claim(ctx context.Context, p outbox.MessageClaimParams, now time
 		}
 	}
 	var out []outbox.Message
-	err := s.writeTx(ctx, func(q sqlstore.Querier) error {
+	err := d.WriteTx(ctx, func(q sqlstore.Querier) error {
 		// Unordered messages: the oldest due ones.
-		query, args := s.q.claimUnordered, []any{nowUS, p.Limit}
+		query, args := d.q.claimUnordered, []any{nowUS, p.Limit}
 		if topics != nil {
-			query, args = s.q.claimUnorderedTopics, []any{nowUS, topicsJSON, p.Limit}
+			query, args = d.q.claimUnorderedTopics, []any{nowUS, topicsJSON, p.Limit}
 		}
 		seqs, err := sqlstore.QuerySeqs(ctx, q, query, args...)
 		if err != nil {
 			return err
 		}
 		// Ordered groups: the claimable prefix of each, up to Limit in all.
-		ordered, err := s.claimGroups(ctx, q, nowUS, topics, p.Limit)
+		ordered, err := d.claimGroups(ctx, q, nowUS, topics, p.Limit)
 		if err != nil {
 			return err
 		}
@@ -63,7 +74,7 @@ func (s *Store) claim(ctx context.Context, p outbox.MessageClaimParams, now time
 		seqs = seqs[:min(len(seqs), p.Limit)]
 		list, _ := json.Marshal(seqs)
 		// One token for the claim: each message is claimed once in it.
-		rows, err := q.QueryContext(ctx, s.q.claimUpdate, nowUS, p.Owner, nowUS, outbox.NewClaimToken(), string(list))
+		rows, err := q.QueryContext(ctx, d.q.claimUpdate, nowUS, p.Owner, nowUS, outbox.NewClaimToken(), string(list))
 		if err != nil {
 			return err
 		}
@@ -87,8 +98,8 @@ type groupKey = sqlstore.GroupKey
 // due, the run of PENDING due messages from the head on: at most
 // Options.ClaimPerGroup of them while other groups wait, more when the walk
 // ends with room left.
-func (s *Store) claimGroups(ctx context.Context, q sqlstore.Querier, nowUS int64, topics map[string]bool, limit int) ([]int64, error) {
-	next, err := q.PrepareContext(ctx, s.q.nextGroupHead)
+func (d *dialect) claimGroups(ctx context.Context, q sqlstore.Querier, nowUS int64, topics map[string]bool, limit int) ([]int64, error) {
+	next, err := q.PrepareContext(ctx, d.q.nextGroupHead)
 	if err != nil {
 		return nil, err
 	}
@@ -100,14 +111,14 @@ func (s *Store) claimGroups(ctx context.Context, q sqlstore.Querier, nowUS int64
 		}
 	}()
 
-	pauses, err := s.Pauses(ctx, q)
+	pauses, err := sqlstore.Pauses(ctx, q, d.q.pauses)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	start := s.cursor
-	s.mu.Unlock()
-	perGroup := s.env.ClaimPerGroup
+	d.mu.Lock()
+	start := d.cursor
+	d.mu.Unlock()
+	perGroup := d.env.ClaimPerGroup
 	var (
 		out     []int64
 		capped  []groupKey
@@ -139,7 +150,7 @@ func (s *Store) claimGroups(ctx context.Context, q sqlstore.Querier, nowUS int64
 			continue
 		}
 		if prefix == nil {
-			if prefix, err = q.PrepareContext(ctx, s.q.groupPrefix); err != nil {
+			if prefix, err = q.PrepareContext(ctx, d.q.groupPrefix); err != nil {
 				return nil, err
 			}
 		}
@@ -153,9 +164,9 @@ func (s *Store) claimGroups(ctx context.Context, q sqlstore.Querier, nowUS int64
 			capped = append(capped, k) // its run may go on
 		}
 	}
-	s.mu.Lock()
-	s.cursor = cur
-	s.mu.Unlock()
+	d.mu.Lock()
+	d.cursor = cur
+	d.mu.Unlock()
 	// Room left (few groups are claimable): extend the runs cut at perGroup,
 	// so that a deep backlog in one group still fills a claim.
 	for _, k := range capped {

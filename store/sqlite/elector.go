@@ -56,7 +56,7 @@ const minCheckTimeout = 5 * time.Second
 // over an in-memory database (New over a ":memory:" *sql.DB) has an
 // election of its own.
 type Elector struct {
-	s      *Store
+	d      *dialect
 	opts   ElectorOptions
 	leader atomic.Bool
 }
@@ -85,7 +85,7 @@ func (s *Store) Elector(opts ElectorOptions) *Elector {
 	if opts.CheckInterval <= 0 {
 		opts.CheckInterval = 2 * time.Second
 	}
-	return &Elector{s: s, opts: opts}
+	return &Elector{d: s.d, opts: opts}
 }
 
 // IsLeader reports whether this Elector holds the leadership now.
@@ -113,7 +113,7 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error
 		key, err := e.key(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				e.s.env.Log.WarnContext(ctx, "outboxkit/sqlite: elector cannot reach the database", "err", err)
+				e.d.env.Log.WarnContext(ctx, "outboxkit/sqlite: elector cannot reach the database", "err", err)
 			}
 			if !sleepCtx(ctx, e.opts.RetryInterval) {
 				return nil
@@ -140,7 +140,7 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error
 // key names this Elector's election: the database file, the messages
 // table and the election's name.
 func (e *Elector) key(ctx context.Context) (string, error) {
-	rows, err := e.s.db.QueryContext(ctx, `PRAGMA database_list`)
+	rows, err := e.d.db.QueryContext(ctx, `PRAGMA database_list`)
 	if err != nil {
 		return "", err
 	}
@@ -164,11 +164,11 @@ func (e *Elector) key(ctx context.Context) (string, error) {
 	}
 	if file == "" {
 		// In memory: only this Store's connections see the database.
-		file = fmt.Sprintf("memory:%p", e.s.db)
+		file = fmt.Sprintf("memory:%p", e.d.db)
 	} else if p, err := filepath.EvalSymlinks(file); err == nil {
 		file = p
 	}
-	return file + "\x00" + e.s.q.messages + "\x00" + e.opts.Name, nil
+	return file + "\x00" + e.d.q.messages + "\x00" + e.opts.Name, nil
 }
 
 // take makes e the holder of the election key when it is free; otherwise
@@ -202,7 +202,7 @@ func (e *Elector) release(key string) {
 // database still answers.
 func (e *Elector) lead(ctx context.Context, lead func(ctx context.Context)) {
 	e.leader.Store(true)
-	e.s.env.Log.InfoContext(ctx, "outboxkit/sqlite: became leader", "election", e.opts.Name)
+	e.d.env.Log.InfoContext(ctx, "outboxkit/sqlite: became leader", "election", e.opts.Name)
 	lctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -220,7 +220,7 @@ watch:
 			break watch
 		case <-t.C:
 			if err := e.check(ctx); err != nil {
-				e.s.env.Log.WarnContext(ctx, "outboxkit/sqlite: leader's database does not answer, stepping down", "err", err)
+				e.d.env.Log.WarnContext(ctx, "outboxkit/sqlite: leader's database does not answer, stepping down", "err", err)
 				break watch
 			}
 		}
@@ -228,7 +228,7 @@ watch:
 	e.leader.Store(false)
 	cancel()
 	<-done
-	e.s.env.Log.InfoContext(context.WithoutCancel(ctx), "outboxkit/sqlite: stepped down", "election", e.opts.Name)
+	e.d.env.Log.InfoContext(context.WithoutCancel(ctx), "outboxkit/sqlite: stepped down", "election", e.opts.Name)
 }
 
 // check runs a trivial query on the store's database.
@@ -236,7 +236,7 @@ func (e *Elector) check(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, max(e.opts.CheckInterval, minCheckTimeout))
 	defer cancel()
 	var one int
-	err := e.s.db.QueryRowContext(cctx, `SELECT 1`).Scan(&one)
+	err := e.d.db.QueryRowContext(cctx, `SELECT 1`).Scan(&one)
 	if ctx.Err() != nil {
 		return nil // stopping, not failing
 	}

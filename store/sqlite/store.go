@@ -1,48 +1,3 @@
-// Package sqlite is the embedded default outbox store: pure-Go SQLite
-// (modernc.org/sqlite, no cgo), for the quickstart, tests and small services.
-//
-// A Store implements outbox.Store (what the processor, webhooks and operators
-// use), outbox.Enqueuer[*sql.Tx] (what outbox.Outbox uses to insert messages)
-// and outbox.Waker (an in-process signal, so a processor in the same process
-// claims new messages at once).
-//
-//	st, err := sqlite.Open(ctx, "app.db", sqlite.Options{})
-//	if err != nil { ... }
-//	defer st.Close()
-//	if err := st.Migrate(ctx); err != nil { ... }
-//
-//	ob := outbox.New(st, outbox.Options{})
-//	err = st.InTx(ctx, func(tx *sql.Tx) error {
-//		// ... business writes in tx ...
-//		_, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Payload: body})
-//		return err
-//	}) // committed: the processor is woken at once
-//
-//	go outbox.Run(ctx, st, publisher, outbox.Config{Topics: []string{"orders"}})
-//
-// SQLite serialises writers: every write transaction of the store begins
-// with BEGIN IMMEDIATE and waits for the lock up to the busy timeout, so
-// several processors (goroutines or processes) on one database file are safe,
-// and a claim is atomic. FIFO per group holds across them.
-//
-// Times are stored as integer Unix microseconds in UTC, so the times a Store
-// returns are truncated to the microsecond.
-//
-// JSON payloads are stored as TEXT (json_extract reads them), payloads of
-// other content types as BLOBs, byte for byte. The store's payload ceiling
-// (Store.MaxPayloadBytes, outbox.PayloadLimiter) is 64 MiB.
-//
-// # One shape for every store
-//
-// Store has the method set of every outboxkit store: the ports
-// (outbox.Store, outbox.Enqueuer, outbox.InboxStore, outbox.Waker), InTx,
-// MessageListTx, Migrate, MigrateTo, MigrateDown, Migrations (the rendered
-// SQL, for your own migration tool) and SchemaVersion, and the options
-// TablePrefix, ClaimPerGroup, Clock and Logger. The database/sql code is
-// shared with store/mysql; what is this store's own is in claim.go and
-// finish.go (claims under BEGIN IMMEDIATE with a per-store group cursor,
-// one fenced UPDATE ... RETURNING per outcome), enqueue.go and the
-// transactions.
 package sqlite
 
 import (
@@ -98,24 +53,18 @@ type Options struct {
 	BusyTimeout time.Duration
 }
 
-// core is the code this store shares with store/mysql: its exported
-// methods (queries, operator actions, receipts, pruning, recovery,
-// migrations, InTx, Wakeups, Notify, DB, Close) are Store's own.
-type core = sqlstore.Store
-
 // Store is the SQLite outbox store. It is safe for concurrent use. Create it
 // with Open or New and call Migrate before using it.
-//
-// Besides the methods listed here, Store has those it shares with the
-// other database/sql store (documented on internal/sqlstore.Store, whose
-// docs they carry): MessageEnqueue, MessageEnqueueTx, MessageClaim,
-// MessageFinish, MessageRecover, MessageGet, MessageList, MessageListTx,
-// MessageCount, AttemptList, MessageRequeue, MessageCancel, MessagePrune,
-// MessageApplyReceipt, InboxClaimTx, InboxPrune, InTx, Wakeups, Notify,
-// Migrate, MigrateTo, MigrateDown, Migrations, SchemaVersion, DB, Close,
-// and the outbox.Admin methods.
 type Store struct {
-	*core
+	// core is the database/sql code this store shares with store/mysql;
+	// the methods that call it say what it does for this store.
+	core *sqlstore.Store
+	d    *dialect
+}
+
+// dialect is this store's own code, which the shared code calls through
+// sqlstore.Dialect: its transactions, insert, claim and batch of outcomes.
+type dialect struct {
 	db       *sql.DB
 	writeSem chan struct{} // serialises the store's writers in-process
 	env      sqlstore.Env
@@ -126,14 +75,60 @@ type Store struct {
 }
 
 // Store has the method set of every store (the ports, InTx, MessageListTx
-// and the migration API), and DB, Close and Notify.
+// and the migration API), and DB, Close and Notify; its dialect is the
+// shared code's.
 var (
 	_ surface.Store[*sql.Tx] = (*Store)(nil)
 	_ surface.SQL            = (*Store)(nil)
+	_ outbox.Admin           = (*Store)(nil)
+	_ sqlstore.Dialect       = (*dialect)(nil)
 )
 
-// dialect is how SQLite differs from MySQL in the shared code.
-var dialect = sqlstore.Dialect{
+// DB returns the underlying database, for the application's own
+// transactions.
+func (s *Store) DB() *sql.DB { return s.core.DB() }
+
+// Close closes every Wakeups channel and, when the store opened the
+// database itself, the database. It is safe to call more than once.
+func (s *Store) Close() error { return s.core.Close() }
+
+// InTx runs fn in a new transaction of the store's database and commits it
+// when fn returns nil (rolls back otherwise), then wakes the processors
+// listening on Wakeups, so messages enqueued in fn with
+// outbox.Outbox.EnqueueTx are claimed at once instead of at the next poll.
+//
+//	err := st.InTx(ctx, func(tx *sql.Tx) error {
+//		if _, err := tx.ExecContext(ctx, "UPDATE orders SET ..."); err != nil {
+//			return err
+//		}
+//		_, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Payload: body})
+//		return err
+//	})
+func (s *Store) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return s.core.InTx(ctx, fn)
+}
+
+// Wakeups implements outbox.Waker: the returned channel receives a value
+// soon after messages became claimable through this store: after
+// MessageEnqueue and InTx commit, and after MessageFinish, MessageRecover,
+// MessageRequeue and MessageCancel changed something (a finished message
+// unblocks the next one of its group). Signals are coalesced: a slow reader
+// sees one value for many events. The channel is closed when ctx ends or the
+// store is closed.
+//
+// The signal is in-process only: processors in other processes find new
+// messages at their next poll. Messages enqueued with MessageEnqueueTx in a
+// transaction the application commits itself are not signalled, because the
+// store cannot see the commit: call Notify after the commit, or use InTx.
+func (s *Store) Wakeups(ctx context.Context) <-chan struct{} { return s.core.Wakeups(ctx) }
+
+// Notify wakes every Wakeups listener, e.g. right after the application
+// committed a transaction in which it enqueued messages with
+// MessageEnqueueTx. It never blocks.
+func (s *Store) Notify() { s.core.Notify() }
+
+// syntax is how SQLite's SQL text differs from MySQL's in the shared code.
+var syntax = sqlstore.Syntax{
 	Name:     "sqlite",
 	Time:     func(t time.Time) any { return t.UnixMicro() },
 	Text:     func(b []byte) any { return string(b) },
@@ -232,22 +227,23 @@ func New(db *sql.DB, opts Options) (*Store, error) { return newStore(db, opts, n
 // newStore makes a Store over db; a non-nil txdb (from Open) is the pool of
 // InTx's IMMEDIATE transactions, and means the store owns both.
 func newStore(db *sql.DB, opts Options, txdb *sql.DB) (*Store, error) {
-	s := &Store{db: db, writeSem: make(chan struct{}, 1)}
-	var err error
-	s.core, s.env, err = sqlstore.New(sqlstore.Config{
-		DB: db, TxDB: txdb, Dialect: dialect, OwnDB: txdb != nil,
+	env, err := sqlstore.Options{
 		TablePrefix: opts.TablePrefix, ClaimPerGroup: opts.ClaimPerGroup, Clock: opts.Clock, Logger: opts.Logger,
-		WriteTx: s.writeTx, MigrationFS: migrationFS,
-		Insert: s.insert, Claim: s.claim, Finish: s.finish,
+	}.Env(syntax)
+	if err != nil {
+		return nil, err
+	}
+	d := &dialect{db: db, writeSem: make(chan struct{}, 1), env: env, q: newQueries(env.Prefix)}
+	core, err := sqlstore.New(sqlstore.Config{
+		DB: db, TxDB: txdb, OwnDB: txdb != nil, Env: env, Syntax: syntax, Dialect: d, MigrationFS: migrationFS,
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.q = newQueries(s.env.Prefix)
-	return s, nil
+	return &Store{core: core, d: d}, nil
 }
 
-// writeTx runs fn in a BEGIN IMMEDIATE transaction on a dedicated
+// WriteTx runs fn in a BEGIN IMMEDIATE transaction on a dedicated
 // connection: the write lock is taken first, so the transaction never fails
 // on a lock upgrade, and concurrent writers wait up to the busy timeout.
 //
@@ -255,14 +251,14 @@ func newStore(db *sql.DB, opts Options, txdb *sql.DB) (*Store, error) {
 // queue in Go instead of polling SQLite's lock in the busy handler, whose
 // growing sleeps would otherwise throttle several processors sharing one
 // Store.
-func (s *Store) writeTx(ctx context.Context, fn func(q sqlstore.Querier) error) (err error) {
+func (d *dialect) WriteTx(ctx context.Context, fn func(q sqlstore.Querier) error) (err error) {
 	select {
-	case s.writeSem <- struct{}{}:
+	case d.writeSem <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-s.writeSem }()
-	conn, err := s.db.Conn(ctx)
+	defer func() { <-d.writeSem }()
+	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("sqlite: connection: %w", err)
 	}
@@ -279,7 +275,7 @@ func (s *Store) writeTx(ctx context.Context, fn func(q sqlstore.Querier) error) 
 		// rollback leaves the connection in an unknown state: throw it away.
 		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil &&
 			!strings.Contains(rerr.Error(), "no transaction is active") {
-			s.env.Log.Warn("sqlite: rollback failed; discarding connection", "err", rerr)
+			d.env.Log.Warn("sqlite: rollback failed; discarding connection", "err", rerr)
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 	}()
@@ -298,7 +294,7 @@ func (s *Store) writeTx(ctx context.Context, fn func(q sqlstore.Querier) error) 
 
 // queries holds the SQL that names tables, rendered once for a prefix.
 type queries struct {
-	messages, attempts string
+	messages, attempts, pauses string
 
 	insert, selectByKey                     string
 	claimUnordered, claimUnorderedTopics    string
@@ -308,7 +304,7 @@ type queries struct {
 
 func newQueries(prefix string) queries {
 	m, a := prefix+"messages", prefix+"attempts"
-	q := queries{messages: m, attempts: a}
+	q := queries{messages: m, attempts: a, pauses: prefix + "pauses"}
 	q.insert = `INSERT INTO ` + m + ` (id, tenant, topic, grp, idempotency_key, payload, content_type, headers, status,
 		attempts, max_attempts, next_attempt_at, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'PENDING', 0, ?, ?, ?, ?)
