@@ -49,6 +49,10 @@ type logClaimer struct {
 	markSeen int64     // the last mark read
 	dueFrom  time.Time // messages due after this (less logDueMargin) are found by time
 	backstop time.Time // when the next backstop runs
+	// run is the mean run (messages per group) of this store's recent
+	// claims, 0 before the first: a claim reads about twice the groups it
+	// needs at that size, not every group in its windows.
+	run float64
 	// recoverFrom is where lease recovery looks from (the last cutoff, less
 	// logRecoverMargin).
 	recoverFrom time.Time
@@ -78,16 +82,17 @@ const logHead = `SELECT b.seq, b.status, b.next_attempt_at FROM {T} b
 		ORDER BY b.tenant, b.topic, b.grp, b.seq LIMIT 1`
 
 // logCandidates finds the groups a claim may take, from append-only
-// windows: the log after $5 ($4 messages), the done marks after $6 (runs
-// that ended, with maybe more behind), and the messages that came due by
-// time since $7 (retries, deferred releases, scheduled messages). It reads
-// each group's latest mark and first waiting message, keeps the groups that
-// are idle, due, not paused and not held by a lease of the previous schema
-// version, and try-locks them (key space logClaimLockKey, namespace $9; a
-// claim never waits) in order of their first message until their runs fill
-// $2 (at most $3 each). Topics: $8 (NULL: all). The first row carries the
-// next floor (the first claimable message left behind, else the window's
-// end) and the last mark read.
+// windows: the groups whose runs ended since $6 (done marks) and whose
+// messages came due by time since $7 (retries, deferred releases,
+// scheduled messages), then the log after $5 ($4 messages) in order. It
+// reads the groups' latest marks and first waiting messages lazily, in
+// that order, until $10 claimable groups are found (idle, due, not paused,
+// not held by a lease of the previous schema version), and try-locks them
+// (key space logClaimLockKey, namespace $9; a claim never waits) until
+// their runs fill $2 (at most $3 each). Topics: $8 (NULL: all). The first
+// row carries the next floor (before the first claimable group left
+// behind, and before the first group not read when the reading stopped
+// early) and the last mark read.
 var logCandidates = `WITH w0 AS MATERIALIZED (
 	SELECT tenant, topic, grp, part, min(seq) AS first, max(seq) AS last, count(*) AS n FROM (
 		SELECT seq, tenant, topic, grp, CASE WHEN grp = '' THEN seq ELSE 0 END AS part
@@ -101,38 +106,41 @@ var logCandidates = `WITH w0 AS MATERIALIZED (
 ), due AS MATERIALIZED (
 	SELECT DISTINCT tenant, topic, grp, CASE WHEN grp = '' THEN seq ELSE 0 END AS part FROM {T}
 	WHERE status = 'PENDING' AND next_attempt_at > created_at AND next_attempt_at > $7 AND next_attempt_at <= $1
-), w AS (
+), w AS MATERIALIZED (
 	SELECT tenant, topic, grp, part, first, last, n FROM w0
 	UNION ALL
 	SELECT o.tenant, o.topic, o.grp, o.part, 0, 0, $3 FROM (
 		SELECT tenant, topic, grp, part FROM rm UNION SELECT tenant, topic, grp, part FROM due) o
 	WHERE ($8::text[] IS NULL OR o.topic = ANY($8::text[]))
 		AND NOT EXISTS (SELECT 1 FROM w0 WHERE w0.tenant = o.tenant AND w0.topic = o.topic AND w0.grp = o.grp AND w0.part = o.part)
-), s AS MATERIALIZED (
-	SELECT g.tenant, g.topic, g.grp, g.part, g.first > 0 AS in_window, g.n, h.seq AS head,
-		(k.kind IS NULL OR k.kind = 'done') AND h.status = 'PENDING' AND h.next_attempt_at <= $1` +
-	strings.ReplaceAll(adminsql.NotPausedRowByRow("{P}", "g."), "\n", " ") + `
-		AND (g.part > 0 OR NOT EXISTS (SELECT 1 FROM {T} l WHERE l.tenant = g.tenant AND l.topic = g.topic
-			AND l.grp = g.grp AND l.status = 'PROCESSING')) AS claimable
-	FROM w g
+), e AS MATERIALIZED (
+	SELECT g.tenant, g.topic, g.grp, g.part, g.first, g.n, h.seq AS head
+	FROM (SELECT * FROM w ORDER BY first) g
 	LEFT JOIN LATERAL (` + logLatest + `) k ON true
 	LEFT JOIN LATERAL (` + logHead + `) hg ON true
 	LEFT JOIN LATERAL (SELECT b.seq, b.status, b.next_attempt_at FROM {T} b
 		WHERE g.part > 0 AND b.seq = g.part AND b.seq > coalesce(k.done, 0)) hu ON true
 	CROSS JOIN LATERAL (SELECT coalesce(hg.seq, hu.seq) AS seq, coalesce(hg.status, hu.status) AS status,
 		coalesce(hg.next_attempt_at, hu.next_attempt_at) AS next_attempt_at) h
-	WHERE h.seq IS NOT NULL
+	WHERE (k.kind IS NULL OR k.kind = 'done') AND h.status = 'PENDING' AND h.next_attempt_at <= $1
+		AND (NOT EXISTS (SELECT 1 FROM {P}) OR ` + strings.TrimPrefix(strings.ReplaceAll(adminsql.NotPausedRowByRow("{P}", "g."), "\n", " "), " AND ") + `)
+		AND (g.part > 0 OR NOT EXISTS (SELECT 1 FROM {T} l WHERE l.tenant = g.tenant AND l.topic = g.topic
+			AND l.grp = g.grp AND l.status = 'PROCESSING'))
+	ORDER BY g.first
+	LIMIT $10
 ), c AS MATERIALIZED (
-	SELECT s.*, sum(least(s.n, $3)) OVER (ORDER BY s.head) - least(s.n, $3) AS before FROM s WHERE s.claimable
+	SELECT e.*, sum(least(e.n, $3)) OVER (ORDER BY e.first, e.head) - least(e.n, $3) AS before FROM e
 ), l AS MATERIALIZED (
-	SELECT c.tenant, c.topic, c.grp, c.part, c.head FROM c
+	SELECT c.tenant, c.topic, c.grp, c.part, c.first FROM c
 	WHERE c.before < $2 AND pg_try_advisory_xact_lock($9::int4, hashtext(c.tenant || chr(31) || c.topic || chr(31) || c.grp || chr(31) || c.part))
-	ORDER BY c.head
+	ORDER BY c.first, c.head
 )
 SELECT NULL::text, NULL::text, NULL::text, NULL::bigint,
-	coalesce((SELECT min(c.head) - 1 FROM c WHERE c.in_window AND NOT EXISTS (
-		SELECT 1 FROM l WHERE l.tenant = c.tenant AND l.topic = c.topic AND l.grp = c.grp AND l.part = c.part)),
-		(SELECT max(last) FROM w0), $5),
+	coalesce(least(
+		(SELECT min(c.head) - 1 FROM c WHERE c.first > 0 AND NOT EXISTS (
+			SELECT 1 FROM l WHERE l.tenant = c.tenant AND l.topic = c.topic AND l.grp = c.grp AND l.part = c.part)),
+		CASE WHEN (SELECT count(*) FROM e) >= $10 THEN (SELECT max(first) FROM e) ELSE (SELECT max(last) FROM w0) END),
+		$5),
 	(SELECT max(mseq) FROM rm)
 UNION ALL
 SELECT tenant, topic, grp, part, NULL, NULL FROM l`
@@ -150,7 +158,7 @@ const logBackstop = `SELECT least(
 		AND NOT EXISTS (SELECT 1 FROM {K} k WHERE k.tenant = u.tenant AND k.topic = u.topic AND k.grp = ''
 			AND k.part = u.seq)))`
 
-// logTake leases the locked groups' next runs (at most $3 each) to owner
+// logTake leases the locked groups' next runs (at most $3 each, $9 in all) to owner
 // $2 under token $4 at $1, after reading their marks again (the locks were
 // taken by the statement before, so this statement's snapshot holds every
 // mark committed under them), and returns the messages as claimed.
@@ -173,12 +181,16 @@ const logTake = `WITH g AS (
 		SELECT b.id, b.seq FROM {T} b
 		WHERE s.part > 0 AND b.seq = s.part AND b.seq > s.done AND b.status = 'PENDING' AND b.next_attempt_at <= $1
 	) x
+), rk AS MATERIALIZED (
+	-- The claim's limit ($9), oldest first: a group's run is cut to a
+	-- prefix, or left out.
+	SELECT r.* FROM r ORDER BY r.seq LIMIT $9
 ), ins AS (
 	INSERT INTO {K} (tenant, topic, grp, part, kind, done, upto, token, owner, at)
-	SELECT tenant, topic, grp, part, 'lease', done, max(seq), $4::uuid, $2, $1 FROM r
+	SELECT tenant, topic, grp, part, 'lease', done, max(seq), $4::uuid, $2, $1 FROM rk
 	GROUP BY tenant, topic, grp, part, done
 )
-SELECT {CLAIMED} FROM r JOIN {T} m ON m.id = r.id ORDER BY m.seq`
+SELECT {CLAIMED} FROM rk r JOIN {T} m ON m.id = r.id ORDER BY m.seq`
 
 // claimedCols is msgCols of the row m as a claim returns it: PROCESSING,
 // its attempt counted, claimed by $2 at $1 under token $4.
@@ -236,6 +248,10 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	}
 	c.mu.Lock()
 	from, markSeen, dueFrom := max(c.floor-logMargin, 0), max(c.markSeen-logMargin, 0), c.dueFrom.Add(-logDueMargin)
+	groupsCap := 2 * p.Limit
+	if c.run > 1 {
+		groupsCap = min(max(int(2*float64(p.Limit)/c.run)+16, 16), groupsCap)
+	}
 	c.mu.Unlock()
 
 	var token pgtype.UUID
@@ -245,8 +261,9 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	}
 	var msgs []outbox.Message
 	var nextFloor, lastMark *int64
+	var groups int
 	err := s.logTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, s.lsql.logCandidates, now, p.Limit, run, logWindow, from, markSeen, dueFrom, topics, s.groupNS+logClaimLockKey)
+		rows, err := tx.Query(ctx, s.lsql.logCandidates, now, p.Limit, run, logWindow, from, markSeen, dueFrom, topics, s.groupNS+logClaimLockKey, groupsCap)
 		if err != nil {
 			return err
 		}
@@ -269,10 +286,11 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 		if err := rows.Err(); err != nil {
 			return err
 		}
+		groups = len(gs)
 		if len(gs) == 0 {
 			return nil
 		}
-		rows, err = tx.Query(ctx, s.lsql.logTake, now, owner, run, token, ts, ps, gs, parts)
+		rows, err = tx.Query(ctx, s.lsql.logTake, now, owner, run, token, ts, ps, gs, parts, p.Limit)
 		if err != nil {
 			return err
 		}
@@ -290,6 +308,13 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 		return nil, wrapErr("claim", err)
 	}
 	c.mu.Lock()
+	if groups > 0 && len(msgs) > 0 {
+		r := float64(len(msgs)) / float64(groups)
+		if c.run == 0 {
+			c.run = r
+		}
+		c.run = 0.8*c.run + 0.2*r
+	}
 	if nextFloor != nil && *nextFloor > c.floor {
 		c.floor = *nextFloor
 	}
