@@ -119,7 +119,7 @@ var logCandidates = `WITH w0 AS MATERIALIZED (
 	LEFT JOIN LATERAL (` + logLatest + `) k ON true
 	LEFT JOIN LATERAL (` + logHead + `) hg ON true
 	LEFT JOIN LATERAL (SELECT b.seq, b.status, b.next_attempt_at FROM {T} b
-		WHERE g.part > 0 AND b.seq = g.part AND b.seq > coalesce(k.done, 0)) hu ON true
+		WHERE g.part > 0 AND b.seq = g.part AND b.status = 'PENDING' AND b.seq > coalesce(k.done, 0)) hu ON true
 	CROSS JOIN LATERAL (SELECT coalesce(hg.seq, hu.seq) AS seq, coalesce(hg.status, hu.status) AS status,
 		coalesce(hg.next_attempt_at, hu.next_attempt_at) AS next_attempt_at) h
 	WHERE (k.kind IS NULL OR k.kind = 'done') AND h.status = 'PENDING' AND h.next_attempt_at <= $1

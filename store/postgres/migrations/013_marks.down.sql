@@ -23,6 +23,6 @@ WHERE m.status = 'PENDING' AND l.tenant = m.tenant AND l.topic = m.topic AND l.g
 
 DROP VIEW {{schema}}.{{prefix}}message_state;
 DROP INDEX {{schema}}.{{prefix}}messages_due;
-DROP INDEX {{schema}}.{{prefix}}messages_seq;
+DROP INDEX {{schema}}.{{prefix}}messages_pending_seq;
 DROP TABLE {{schema}}.{{prefix}}groups;
 DROP TABLE {{schema}}.{{prefix}}marks;

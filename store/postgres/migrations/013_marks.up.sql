@@ -46,8 +46,9 @@ CREATE TABLE {{schema}}.{{prefix}}groups (
 INSERT INTO {{schema}}.{{prefix}}groups
 SELECT DISTINCT tenant, topic, grp FROM {{schema}}.{{prefix}}messages WHERE grp <> '';
 
--- The log window: every message by sequence number.
-CREATE UNIQUE INDEX {{prefix}}messages_seq ON {{schema}}.{{prefix}}messages (seq);
+-- The log window: the messages whose rows are PENDING, by sequence number
+-- (partial, so the listings' plans keep their (tenant, seq) index).
+CREATE INDEX {{prefix}}messages_pending_seq ON {{schema}}.{{prefix}}messages (seq) WHERE status = 'PENDING';
 -- Messages that wait for a time of their own (a retry, a deferred release,
 -- a scheduled enqueue): the claim finds their groups again when they come
 -- due.
