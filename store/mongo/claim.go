@@ -57,33 +57,67 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	var locked []string
 	defer func() { s.unlock(context.WithoutCancel(ctx), locked, owner) }()
 
+	due, err := s.dueFilter(ctx, p.Topics, now)
+	if err != nil {
+		return nil, fmt.Errorf("mongo: claim: %w", err)
+	}
+	cands, err := s.lockCandidates(ctx, due, p.Limit, now, owner, &locked)
+	if err != nil {
+		return nil, fmt.Errorf("mongo: claim: %w", err)
+	}
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	// Cutting the merged list at Limit keeps a prefix of every group.
+	sort.Slice(cands, func(i, j int) bool { return cands[i].Seq < cands[j].Seq })
+	cands = cands[:min(len(cands), p.Limit)]
+	out, err := s.lease(ctx, cands, p.Owner, now)
+	if err != nil {
+		return nil, fmt.Errorf("mongo: claim: %w", err)
+	}
+	s.tenants.put(out)
+	return out, nil
+}
+
+// dueFilter selects the PENDING messages due at now, of topics (all when
+// empty), leaving out what a pause covers (it reads the pauses).
+func (s *Store) dueFilter(ctx context.Context, topics []string, now time.Time) (bson.D, error) {
 	due := bson.D{
 		{Key: "status", Value: string(outbox.StatusPending)},
 		{Key: "next_at", Value: bson.D{{Key: "$lte", Value: now}}},
 	}
-	if len(p.Topics) > 0 {
-		due = append(due, bson.E{Key: "topic", Value: bson.D{{Key: "$in", Value: p.Topics}}})
+	if len(topics) > 0 {
+		due = append(due, bson.E{Key: "topic", Value: bson.D{{Key: "$in", Value: topics}}})
 	}
 	paused, err := s.notPaused(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("mongo: claim: %w", err)
+		return nil, err
 	}
-	due = append(due, paused...)
-	var cands []msgDoc
+	return append(due, paused...), nil
+}
 
+// lockCandidates is steps 1 to 3 of MessageClaim: it finds candidates
+// matching due, locks them (adding the locks it won to *locked, which the
+// caller deletes) and returns the claimable messages under those locks, in
+// no particular order: the locked unordered messages still due, and each
+// locked group's run of PENDING due messages from its head. While fewer
+// than limit ordered messages were found and the groups read filled the
+// page, it looks for further groups, up to claimRounds rounds.
+func (s *Store) lockCandidates(ctx context.Context, due bson.D, limit int, now time.Time, owner string, locked *[]string) ([]msgDoc, error) {
+	var cands []msgDoc
 	seenGroups := bson.A{}
 	ordered := 0
-	for round := 0; round < claimRounds && ordered < p.Limit; round++ {
-		want := p.Limit + 16
+	for round := 0; round < claimRounds && ordered < limit; round++ {
+		want := limit + 16
 		var heads, groups []string
 		var err error
 		if round == 0 {
-			heads, groups, err = s.scanDue(ctx, due, p.Limit, want)
+			heads, groups, err = s.scanDue(ctx, due, limit, want)
 		} else {
 			groups, err = s.dueGroups(ctx, due, seenGroups, want)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("mongo: claim: %w", err)
+			return nil, err
 		}
 		if len(heads) == 0 && len(groups) == 0 {
 			break
@@ -98,67 +132,85 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 		}
 		won, err := s.tryLock(ctx, keys, owner)
 		if err != nil {
-			return nil, fmt.Errorf("mongo: claim: %w", err)
+			return nil, err
 		}
-		locked = append(locked, won...)
-		var ids, gks bson.A
-		for _, k := range won {
-			if k[0] == 'm' {
-				ids = append(ids, k[1:])
-			} else {
-				gks = append(gks, k[1:])
-			}
+		*locked = append(*locked, won...)
+		got, n, err := s.readLocked(ctx, won, now)
+		if err != nil {
+			return nil, err
 		}
-		var or bson.A
-		if len(ids) > 0 {
-			or = append(or, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
-		}
-		if len(gks) > 0 {
-			or = append(or, bson.D{{Key: "gkey", Value: bson.D{{Key: "$in", Value: gks}}}})
-		}
-		if len(or) > 0 {
-			filter := bson.D{{Key: "fin", Value: false}}
-			if len(or) == 1 {
-				filter = append(filter, or[0].(bson.D)...)
-			} else {
-				filter = append(filter, bson.E{Key: "$or", Value: or})
-			}
-			var open []msgDoc
-			if err := s.findAll(ctx, filter, &open, options.Find().SetSort(bson.D{{Key: "gkey", Value: 1}, {Key: "seq", Value: 1}})); err != nil {
-				return nil, fmt.Errorf("mongo: claim: group heads: %w", err)
-			}
-			blocked := ""
-			for i := range open {
-				d := &open[i]
-				if d.GKey == "" {
-					// A locked unordered message, read again under its lock.
-					if d.Status == string(outbox.StatusPending) && !d.NextAt.After(now) {
-						cands = append(cands, *d)
-					}
-					continue
-				}
-				if d.GKey == blocked {
-					continue
-				}
-				if d.Status != string(outbox.StatusPending) || d.NextAt.After(now) {
-					blocked = d.GKey // the run of this group ends here
-					continue
-				}
-				cands = append(cands, *d)
-				ordered++
-			}
-		}
+		cands, ordered = append(cands, got...), ordered+n
 		if len(groups) < want {
 			break
 		}
 	}
-	if len(cands) == 0 {
-		return nil, nil
-	}
-	// Cutting the merged list at Limit keeps a prefix of every group.
-	sort.Slice(cands, func(i, j int) bool { return cands[i].Seq < cands[j].Seq })
-	cands = cands[:min(len(cands), p.Limit)]
+	return cands, nil
+}
 
+// readLocked is step 3 of MessageClaim: under the locks won (message and
+// group lock keys), it reads in one query the locked unordered messages
+// and each locked group's open messages in Seq order, and returns those
+// still claimable at now (n of them ordered): an unordered message still
+// PENDING and due, and a group's run of PENDING due messages from its head
+// (nothing when the head is PROCESSING or waits for a retry).
+func (s *Store) readLocked(ctx context.Context, won []string, now time.Time) (cands []msgDoc, n int, err error) {
+	var ids, gks bson.A
+	for _, k := range won {
+		if k[0] == 'm' {
+			ids = append(ids, k[1:])
+		} else {
+			gks = append(gks, k[1:])
+		}
+	}
+	var or bson.A
+	if len(ids) > 0 {
+		or = append(or, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	}
+	if len(gks) > 0 {
+		or = append(or, bson.D{{Key: "gkey", Value: bson.D{{Key: "$in", Value: gks}}}})
+	}
+	if len(or) == 0 {
+		return nil, 0, nil
+	}
+	filter := bson.D{{Key: "fin", Value: false}}
+	if len(or) == 1 {
+		filter = append(filter, or[0].(bson.D)...)
+	} else {
+		filter = append(filter, bson.E{Key: "$or", Value: or})
+	}
+	var open []msgDoc
+	if err := s.findAll(ctx, filter, &open, options.Find().SetSort(bson.D{{Key: "gkey", Value: 1}, {Key: "seq", Value: 1}})); err != nil {
+		return nil, 0, fmt.Errorf("group heads: %w", err)
+	}
+	blocked := ""
+	for i := range open {
+		d := &open[i]
+		if d.GKey == "" {
+			// A locked unordered message, read again under its lock.
+			if d.Status == string(outbox.StatusPending) && !d.NextAt.After(now) {
+				cands = append(cands, *d)
+			}
+			continue
+		}
+		if d.GKey == blocked {
+			continue
+		}
+		if d.Status != string(outbox.StatusPending) || d.NextAt.After(now) {
+			blocked = d.GKey // the run of this group ends here
+			continue
+		}
+		cands = append(cands, *d)
+		n++
+	}
+	return cands, n, nil
+}
+
+// lease is step 4 of MessageClaim: it leases cands (in Seq order) to owner
+// at now with one bulk write fenced by status and attempt count, and
+// returns the messages leased. When a write or the read back fails, the
+// messages already leased are given back (unlease) before the error
+// returns.
+func (s *Store) lease(ctx context.Context, cands []msgDoc, owner string, now time.Time) ([]outbox.Message, error) {
 	// From here on the leases are written and must be returned: a
 	// cancelled ctx would otherwise leave messages PROCESSING that nobody
 	// holds until their lease expires.
@@ -169,7 +221,7 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	ids := make(bson.A, len(cands))
 	lease := bson.D{
 		{Key: "$set", Value: bson.D{
-			{Key: "status", Value: string(outbox.StatusProcessing)}, {Key: "claimed_by", Value: p.Owner},
+			{Key: "status", Value: string(outbox.StatusProcessing)}, {Key: "claimed_by", Value: owner},
 			{Key: "claimed_at", Value: now}, {Key: "updated_at", Value: now}, {Key: "op", Value: op},
 		}},
 		{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}},
@@ -185,7 +237,7 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 	matched, err := s.updateFenced(ctx, ups)
 	if err != nil {
 		s.unlease(ids, op)
-		return nil, fmt.Errorf("mongo: claim: lease: %w", err)
+		return nil, fmt.Errorf("lease: %w", err)
 	}
 	got := cands
 	if matched == int64(len(cands)) {
@@ -193,7 +245,7 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 		// locks, as the lease changed them.
 		for i := range got {
 			d := &got[i]
-			d.Status, d.ClaimedBy, d.ClaimedAt, d.UpdatedAt, d.Op = string(outbox.StatusProcessing), p.Owner, &now, now, op
+			d.Status, d.ClaimedBy, d.ClaimedAt, d.UpdatedAt, d.Op = string(outbox.StatusProcessing), owner, &now, now, op
 			d.Attempts++
 		}
 	} else {
@@ -201,14 +253,13 @@ func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) (
 		if err := s.findAll(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "op", Value: op}}, &got,
 			options.Find().SetSort(bson.D{{Key: "seq", Value: 1}})); err != nil {
 			s.unlease(ids, op)
-			return nil, fmt.Errorf("mongo: claim: read back: %w", err)
+			return nil, fmt.Errorf("read back: %w", err)
 		}
 	}
 	out := make([]outbox.Message, len(got))
 	for i := range got {
 		out[i] = got[i].message()
 	}
-	s.tenants.put(out)
 	return out, nil
 }
 
