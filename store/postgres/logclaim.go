@@ -329,10 +329,25 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 }
 
 // logTx runs fn in a transaction with logSettings, committed when fn
-// returns nil.
+// returns nil. With Options.AsyncCommit it commits without waiting for its
+// WAL flush (claims, outcomes, recovery; see logDurableTx).
 func (s *Store) logTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	settings := logSettings
+	if s.opts.AsyncCommit {
+		settings += ", set_config('synchronous_commit', 'off', true)"
+	}
+	return s.logTxWith(ctx, settings, fn)
+}
+
+// logDurableTx is logTx that always waits for its commit's WAL flush
+// (operator actions).
+func (s *Store) logDurableTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return s.logTxWith(ctx, logSettings, fn)
+}
+
+func (s *Store) logTxWith(ctx context.Context, settings string, fn func(tx pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, logSettings); err != nil {
+		if _, err := tx.Exec(ctx, settings); err != nil {
 			return err
 		}
 		return fn(tx)

@@ -51,7 +51,8 @@ ORDER BY g.tenant, g.topic, g.grp, g.part, r.seq`
 // logWrite applies the outcomes that change a row ($2-$12: a retry, a dead
 // letter, a deferred release, a sent message with a provider ID or
 // response or sent out of its run's order), their attempts history
-// ($13-$21), and the groups' new marks ($22-$31), at $1.
+// ($13-$21), the groups' new marks ($22-$31) and the sent messages deleted
+// ($32), at $1.
 const logWrite = `WITH x AS (
 	SELECT * FROM unnest($2::text[], $3::text[], $4::int4[], $5::timestamptz[], $6::text[], $7::text[], $8::text[],
 		$9::text[], $10::bool[], $11::timestamptz[], $12::bool[])
@@ -72,6 +73,16 @@ const logWrite = `WITH x AS (
 		updated_at = $1
 	FROM x WHERE m.id = x.id
 	RETURNING m.id
+), del AS (
+	-- Options.DeleteSentTopics: those sent messages are deleted, with
+	-- their history.
+	DELETE FROM {T} m WHERE m.id = ANY($32::text[]) RETURNING m.id
+), del_att AS (
+	DELETE FROM {A} a USING del WHERE a.message_id = del.id
+), woke AS (
+	-- A message given back is claimable again: wake the listeners ($33,
+	-- "" for none), as the enqueue does.
+	SELECT count(pg_notify($33, '')) AS n WHERE $33 <> ''
 ), att AS (
 	INSERT INTO {A} (message_id, tenant, number, outcome, error_code, error_message,
 		provider_response, next_attempt_at, started_at, finished_at)
@@ -83,7 +94,7 @@ INSERT INTO {K} (tenant, topic, grp, part, kind, done, upto, token, owner, at)
 SELECT k.tenant, k.topic, k.grp, k.part, k.kind, k.done, k.upto, k.token::uuid, k.owner, k.at
 FROM unnest($22::text[], $23::text[], $24::text[], $25::int8[], $26::text[], $27::int8[], $28::int8[],
 	$29::text[], $30::text[], $31::timestamptz[]) AS k(tenant, topic, grp, part, kind, done, upto, token, owner, at)
-WHERE (SELECT count(*) FROM up) >= 0`
+WHERE (SELECT count(*) FROM up) >= 0 AND (SELECT count(*) FROM del) >= 0 AND (SELECT n FROM woke) >= 0`
 
 // logRun is a group's latest mark and, when it is a lease, its run's
 // waiting messages.
@@ -117,6 +128,10 @@ type logWrites struct {
 	kToken, kOwner               []*string
 	kPart, kDone, kUpto          []int64
 	kAt                          []time.Time
+	// sent messages deleted (Options.DeleteSentTopics)
+	del []string
+	// wake: a message was given back (released or retried)
+	wake bool
 }
 
 // row records an outcome that changes its row.
@@ -174,10 +189,13 @@ func (w *logWrites) mark(g logGroupKey, kind string, done, upto int64, token, ow
 	w.kToken, w.kOwner = append(w.kToken, nullText(token)), append(w.kOwner, nullText(owner))
 }
 
-func (w *logWrites) args(now time.Time) []any {
+func (w *logWrites) args(now time.Time, channel string) []any {
+	if !w.wake {
+		channel = ""
+	}
 	return []any{now, w.id, w.kind, w.attempt, w.next, w.code, w.msg, w.pmid, w.resp, w.block, w.started, w.haserr,
 		w.aID, w.aTenant, w.aNumber, w.aOutcome, w.aCode, w.aMsg, w.aResp, w.aNext, w.aStarted,
-		w.kTenant, w.kTopic, w.kGrp, w.kPart, w.kKind, w.kDone, w.kUpto, w.kToken, w.kOwner, w.kAt}
+		w.kTenant, w.kTopic, w.kGrp, w.kPart, w.kKind, w.kDone, w.kUpto, w.kToken, w.kOwner, w.kAt, w.del, channel}
 }
 
 // logFinish is MessageFinish on the append-only path. Each outcome is
@@ -227,12 +245,12 @@ func (s *Store) logFinish(ctx context.Context, p outbox.MessageFinishParams) (ou
 		}
 		var w logWrites
 		for _, g := range order {
-			logFinishRun(&w, g, runs[g], byID, owner, now, applied)
+			logFinishRun(&w, g, runs[g], byID, owner, now, applied, s.deleteSent)
 		}
 		if len(w.kTenant) == 0 && len(w.id) == 0 {
 			return nil
 		}
-		_, err = tx.Exec(ctx, s.lsql.logWrite, w.args(now)...)
+		_, err = tx.Exec(ctx, s.lsql.logWrite, w.args(now, s.notifyChannel())...)
 		return err
 	})
 	if err != nil {
@@ -284,7 +302,7 @@ func (s *Store) logRuns(ctx context.Context, tx pgx.Tx, ts, ps, gs []string, par
 
 // logFinishRun fences the outcomes of one group's run and records what
 // they write.
-func logFinishRun(w *logWrites, g logGroupKey, r *logRun, byID map[string]outbox.Outcome, owner string, now time.Time, applied map[string]bool) {
+func logFinishRun(w *logWrites, g logGroupKey, r *logRun, byID map[string]outbox.Outcome, owner string, now time.Time, applied map[string]bool, deleteSent map[string]bool) {
 	if r.kind != "lease" || r.owner != owner {
 		return
 	}
@@ -314,6 +332,10 @@ func logFinishRun(w *logWrites, g logGroupKey, r *logRun, byID map[string]outbox
 		}
 		switch o.Kind {
 		case outbox.OutcomeSent:
+			if deleteSent[g.topic] {
+				w.del = append(w.del, row.id)
+				continue
+			}
 			// In the run's order with nothing to keep: the mark says it all.
 			if row.seq > done || o.ProviderMessageID != "" || len(o.ProviderResponse) > 0 {
 				w.row(o, now)
@@ -322,12 +344,14 @@ func logFinishRun(w *logWrites, g logGroupKey, r *logRun, byID map[string]outbox
 				w.history(o, g.tenant, "SUCCEEDED", now)
 			}
 		case outbox.OutcomeRetry:
+			w.wake = true
 			w.row(o, now)
 			w.history(o, g.tenant, "RETRY", now)
 		case outbox.OutcomeDead:
 			w.row(o, now)
 			w.history(o, g.tenant, "FAILED", now)
 		case outbox.OutcomeReleased:
+			w.wake = true
 			if !o.NextAttemptAt.IsZero() || o.Error != nil {
 				w.row(o, now)
 			}

@@ -81,6 +81,10 @@ func buildLogSQL(s *Store) logSQL {
 func (s *Store) enableLogMode() {
 	s.logMode = true
 	s.lsql = buildLogSQL(s)
+	s.deleteSent = map[string]bool{}
+	for _, t := range s.opts.DeleteSentTopics {
+		s.deleteSent[t] = true
+	}
 	s.lread = buildSQL(&Store{opts: s.opts, messages: s.stateView(), attempts: s.attempts, pauses: s.pauses})
 }
 
@@ -110,7 +114,7 @@ WHERE k.kind IS DISTINCT FROM 'lease'`
 // append-only path: in one transaction, with their groups' claim locks
 // held (so no claim or outcome runs beside it), then wakes their groups.
 func (s *Store) logOperate(ctx context.Context, ids []string, now time.Time, fn func(tx pgx.Tx) error) error {
-	return s.logTx(ctx, func(tx pgx.Tx) error {
+	return s.logDurableTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, s.lsql.logLockGroups, ids, s.groupNS+logClaimLockKey)
 		if err != nil {
 			return err
@@ -145,4 +149,12 @@ func (s *Store) enqueueSQL() *sqlText {
 		return &s.lsql.enqueue
 	}
 	return &s.sql
+}
+
+// notifyChannel is the NOTIFY channel, "" with Options.DisableNotify.
+func (s *Store) notifyChannel() string {
+	if s.opts.DisableNotify {
+		return ""
+	}
+	return s.channel
 }

@@ -165,7 +165,7 @@ func (s *Store) logExtend(ctx context.Context, p outbox.MessageExtendLeaseParams
 		if len(w.kTenant) == 0 {
 			return nil
 		}
-		_, err = tx.Exec(ctx, s.lsql.logWrite, w.args(now)...)
+		_, err = tx.Exec(ctx, s.lsql.logWrite, w.args(now, "")...)
 		return err
 	})
 	if err != nil {

@@ -135,6 +135,8 @@ type Store struct {
 	lsql    logSQL
 	lread   sqlText // the read statements, over the state view
 	logc    logClaimer
+	// deleteSent is Options.DeleteSentTopics as a set.
+	deleteSent map[string]bool
 }
 
 // Store has the method set of every store: the ports, InTx,
