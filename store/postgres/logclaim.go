@@ -49,6 +49,8 @@ type logClaimer struct {
 	markSeen int64     // the last mark read
 	dueFrom  time.Time // messages due after this (less logDueMargin) are found by time
 	backstop time.Time // when the next backstop runs
+	// fair is the tenant after which the next claim's fair share looks.
+	fair string
 	// run is the mean run (messages per group) of this store's recent
 	// claims, 0 before the first: a claim reads about twice the groups it
 	// needs at that size, not every group in its windows.
@@ -89,11 +91,21 @@ const logHead = `SELECT b.seq, b.status, b.next_attempt_at FROM {T} b
 // that order, until $10 claimable groups are found (idle, due, not paused,
 // not held by a lease of the previous schema version), and try-locks them
 // (key space logClaimLockKey, namespace $9; a claim never waits) until
-// their runs fill $2 (at most $3 each). Topics: $8 (NULL: all). The first
-// row carries the next floor (before the first claimable group left
-// behind, and before the first group not read when the reading stopped
-// early) and the last mark read.
-var logCandidates = `WITH w0 AS MATERIALIZED (
+// their runs fill $2 (at most $3 each). Topics: $8 (NULL: all). Fair share
+// adds, for each of the next 8 tenants after $11 with no message in the log
+// window, its first claimable group. The first row carries the next floor
+// (before the first claimable group left behind, and before the first group
+// not read when the reading stopped early), the last mark read, and the
+// tenant the next fair share starts after.
+var logCandidates = `WITH RECURSIVE tn AS (
+	-- Fair share: the tenants after $11 in the registry (a loose index
+	-- scan, one descent each).
+	(SELECT r.tenant FROM {G} r WHERE r.tenant > $11 ORDER BY r.tenant LIMIT 1)
+	UNION ALL
+	SELECT (SELECT r.tenant FROM {G} r WHERE r.tenant > tn.tenant ORDER BY r.tenant LIMIT 1) FROM tn WHERE tn.tenant IS NOT NULL
+), tl AS MATERIALIZED (
+	SELECT tenant FROM tn WHERE tenant IS NOT NULL LIMIT 8
+), w0 AS MATERIALIZED (
 	SELECT tenant, topic, grp, part, min(seq) AS first, max(seq) AS last, count(*) AS n FROM (
 		SELECT seq, tenant, topic, grp, CASE WHEN grp = '' THEN seq ELSE 0 END AS part
 		FROM {T} WHERE seq > $5 AND status = 'PENDING' AND ($8::text[] IS NULL OR topic = ANY($8::text[]))
@@ -106,11 +118,25 @@ var logCandidates = `WITH w0 AS MATERIALIZED (
 ), due AS MATERIALIZED (
 	SELECT DISTINCT tenant, topic, grp, CASE WHEN grp = '' THEN seq ELSE 0 END AS part FROM {T}
 	WHERE status = 'PENDING' AND next_attempt_at > created_at AND next_attempt_at > $7 AND next_attempt_at <= $1
+), fg AS MATERIALIZED (
+	-- Fair share: for each of those tenants that has no message in the
+	-- log window, its first claimable group, so a tenant's message is not
+	-- left behind another tenant's backlog.
+	SELECT f.tenant, f.topic, f.grp, f.part FROM tl CROSS JOIN LATERAL (
+		SELECT g.tenant, g.topic, g.grp, g.part FROM (
+			SELECT r.tenant, r.topic, r.grp, 0::bigint AS part FROM {G} r
+			WHERE r.tenant = tl.tenant AND ($8::text[] IS NULL OR r.topic = ANY($8::text[]))) g
+		LEFT JOIN LATERAL (` + logLatest + `) k ON true
+		CROSS JOIN LATERAL (` + logHead + `) h
+		WHERE (k.kind IS NULL OR k.kind = 'done') AND h.status = 'PENDING' AND h.next_attempt_at <= $1
+		LIMIT 1) f
+	WHERE NOT EXISTS (SELECT 1 FROM w0 WHERE w0.tenant = tl.tenant)
 ), w AS MATERIALIZED (
 	SELECT tenant, topic, grp, part, first, last, n FROM w0
 	UNION ALL
 	SELECT o.tenant, o.topic, o.grp, o.part, 0, 0, $3 FROM (
-		SELECT tenant, topic, grp, part FROM rm UNION SELECT tenant, topic, grp, part FROM due) o
+		SELECT tenant, topic, grp, part FROM rm UNION SELECT tenant, topic, grp, part FROM due
+		UNION SELECT tenant, topic, grp, part FROM fg) o
 	WHERE ($8::text[] IS NULL OR o.topic = ANY($8::text[]))
 		AND NOT EXISTS (SELECT 1 FROM w0 WHERE w0.tenant = o.tenant AND w0.topic = o.topic AND w0.grp = o.grp AND w0.part = o.part)
 ), e AS MATERIALIZED (
@@ -141,9 +167,10 @@ SELECT NULL::text, NULL::text, NULL::text, NULL::bigint,
 			SELECT 1 FROM l WHERE l.tenant = c.tenant AND l.topic = c.topic AND l.grp = c.grp AND l.part = c.part)),
 		CASE WHEN (SELECT count(*) FROM e) >= $10 THEN (SELECT max(first) FROM e) ELSE (SELECT max(last) FROM w0) END),
 		$5),
-	(SELECT max(mseq) FROM rm)
+	(SELECT max(mseq) FROM rm),
+	CASE WHEN (SELECT count(*) FROM tl) = 8 THEN (SELECT max(tenant) FROM tl) ELSE '' END
 UNION ALL
-SELECT tenant, topic, grp, part, NULL, NULL FROM l`
+SELECT tenant, topic, grp, part, NULL, NULL, NULL FROM l`
 
 // logBackstop is the first waiting message of every registered group and
 // of the unordered messages after $1, one probe per group: what the
@@ -182,9 +209,12 @@ const logTake = `WITH g AS (
 		WHERE s.part > 0 AND b.seq = s.part AND b.seq > s.done AND b.status = 'PENDING' AND b.next_attempt_at <= $1
 	) x
 ), rk AS MATERIALIZED (
-	-- The claim's limit ($9), oldest first: a group's run is cut to a
-	-- prefix, or left out.
-	SELECT r.* FROM r ORDER BY r.seq LIMIT $9
+	-- The claim's limit ($9): each group's first message, then each
+	-- one's second, and so on (a group's run is cut to a prefix, or left
+	-- out), oldest first within each rank.
+	SELECT r.* FROM r
+	ORDER BY row_number() OVER (PARTITION BY r.tenant, r.topic, r.grp, r.part ORDER BY r.seq), r.seq
+	LIMIT $9
 ), ins AS (
 	INSERT INTO {K} (tenant, topic, grp, part, kind, done, upto, token, owner, at)
 	SELECT tenant, topic, grp, part, 'lease', done, max(seq), $4::uuid, $2, $1 FROM rk
@@ -248,6 +278,7 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	}
 	c.mu.Lock()
 	from, markSeen, dueFrom := max(c.floor-logMargin, 0), max(c.markSeen-logMargin, 0), c.dueFrom.Add(-logDueMargin)
+	fairFrom := c.fair
 	groupsCap := 2 * p.Limit
 	if c.run > 1 {
 		groupsCap = min(max(int(2*float64(p.Limit)/c.run)+16, 16), groupsCap)
@@ -261,23 +292,24 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	}
 	var msgs []outbox.Message
 	var nextFloor, lastMark *int64
+	var nextFair *string
 	var groups int
 	err := s.logTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, s.lsql.logCandidates, now, p.Limit, run, logWindow, from, markSeen, dueFrom, topics, s.groupNS+logClaimLockKey, groupsCap)
+		rows, err := tx.Query(ctx, s.lsql.logCandidates, now, p.Limit, run, logWindow, from, markSeen, dueFrom, topics, s.groupNS+logClaimLockKey, groupsCap, fairFrom)
 		if err != nil {
 			return err
 		}
 		var ts, ps, gs []string
 		var parts []int64
 		for rows.Next() {
-			var t, tp, g *string
+			var t, tp, g, ft *string
 			var part, f, mk *int64
-			if err := rows.Scan(&t, &tp, &g, &part, &f, &mk); err != nil {
+			if err := rows.Scan(&t, &tp, &g, &part, &f, &mk, &ft); err != nil {
 				rows.Close()
 				return err
 			}
 			if g == nil {
-				nextFloor, lastMark = f, mk
+				nextFloor, lastMark, nextFair = f, mk, ft
 				continue
 			}
 			ts, ps, gs, parts = append(ts, *t), append(ps, *tp), append(gs, *g), append(parts, *part)
@@ -317,6 +349,9 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	}
 	if nextFloor != nil && *nextFloor > c.floor {
 		c.floor = *nextFloor
+	}
+	if nextFair != nil {
+		c.fair = *nextFair
 	}
 	if lastMark != nil && *lastMark > c.markSeen {
 		c.markSeen = *lastMark
