@@ -108,7 +108,7 @@ var logCandidates = `WITH RECURSIVE tn AS (
 ), w0 AS MATERIALIZED (
 	SELECT tenant, topic, grp, part, min(seq) AS first, max(seq) AS last, count(*) AS n FROM (
 		SELECT seq, tenant, topic, grp, CASE WHEN grp = '' THEN seq ELSE 0 END AS part
-		FROM {T} WHERE seq > $5 AND status = 'PENDING' AND ($8::text[] IS NULL OR topic = ANY($8::text[]))
+		FROM {T} WHERE seq > $5 AND status = 'PENDING' AND claimed_by IS NULL AND ($8::text[] IS NULL OR topic = ANY($8::text[]))
 		ORDER BY seq LIMIT $4) x
 	GROUP BY tenant, topic, grp, part
 ), rm AS MATERIALIZED (
@@ -117,7 +117,7 @@ var logCandidates = `WITH RECURSIVE tn AS (
 	GROUP BY tenant, topic, grp, part
 ), due AS MATERIALIZED (
 	SELECT DISTINCT tenant, topic, grp, CASE WHEN grp = '' THEN seq ELSE 0 END AS part FROM {T}
-	WHERE status = 'PENDING' AND next_attempt_at > created_at AND next_attempt_at > $7 AND next_attempt_at <= $1
+	WHERE status = 'PENDING' AND next_attempt_at > created_at AND claimed_by IS NULL AND next_attempt_at > $7 AND next_attempt_at <= $1
 ), fg AS MATERIALIZED (
 	-- Fair share: for each of those tenants that has no message in the
 	-- log window, its first claimable group, so a tenant's message is not
@@ -145,7 +145,7 @@ var logCandidates = `WITH RECURSIVE tn AS (
 	LEFT JOIN LATERAL (` + logLatest + `) k ON true
 	LEFT JOIN LATERAL (` + logHead + `) hg ON true
 	LEFT JOIN LATERAL (SELECT b.seq, b.status, b.next_attempt_at FROM {T} b
-		WHERE g.part > 0 AND b.seq = g.part AND b.status = 'PENDING' AND b.seq > coalesce(k.done, 0)) hu ON true
+		WHERE g.part > 0 AND b.seq = g.part AND b.status = 'PENDING' AND b.claimed_by IS NULL AND b.seq > coalesce(k.done, 0)) hu ON true
 	CROSS JOIN LATERAL (SELECT coalesce(hg.seq, hu.seq) AS seq, coalesce(hg.status, hu.status) AS status,
 		coalesce(hg.next_attempt_at, hu.next_attempt_at) AS next_attempt_at) h
 	WHERE (k.kind IS NULL OR k.kind = 'done') AND h.status = 'PENDING' AND h.next_attempt_at <= $1
@@ -181,7 +181,7 @@ const logBackstop = `SELECT least(
 	(SELECT min(h.seq) FROM (SELECT tenant, topic, grp, 0::bigint AS part FROM {G}) g
 		LEFT JOIN LATERAL (` + logLatest + `) k ON true
 		CROSS JOIN LATERAL (` + logHead + `) h),
-	(SELECT min(u.seq) FROM {T} u WHERE u.grp = '' AND u.status = 'PENDING' AND u.seq > $1
+	(SELECT min(u.seq) FROM {T} u WHERE u.grp = '' AND u.status = 'PENDING' AND u.claimed_by IS NULL AND u.seq > $1
 		AND NOT EXISTS (SELECT 1 FROM {K} k WHERE k.tenant = u.tenant AND k.topic = u.topic AND k.grp = ''
 			AND k.part = u.seq)))`
 
@@ -206,7 +206,7 @@ const logTake = `WITH g AS (
 		WHERE y.ok
 		UNION ALL
 		SELECT b.id, b.seq FROM {T} b
-		WHERE s.part > 0 AND b.seq = s.part AND b.seq > s.done AND b.status = 'PENDING' AND b.next_attempt_at <= $1
+		WHERE s.part > 0 AND b.seq = s.part AND b.seq > s.done AND b.status = 'PENDING' AND b.claimed_by IS NULL AND b.next_attempt_at <= $1
 	) x
 ), rk AS MATERIALIZED (
 	-- The claim's limit ($9): each group's first message, then each

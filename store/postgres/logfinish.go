@@ -44,7 +44,7 @@ LEFT JOIN LATERAL (
 		AND (b.status = 'PENDING' OR b.blocks_group) AND b.grp <> '' AND b.seq > k.done AND b.seq <= k.upto
 	UNION ALL
 	SELECT b.id, b.seq, b.status, b.attempts, b.recoveries FROM {T} b
-	WHERE k.kind = 'lease' AND g.part > 0 AND b.seq = g.part AND b.status = 'PENDING' AND b.seq > k.done
+	WHERE k.kind = 'lease' AND g.part > 0 AND b.seq = g.part AND b.status = 'PENDING' AND b.claimed_by IS NULL AND b.seq > k.done
 ) r ON true
 ORDER BY g.tenant, g.topic, g.grp, g.part, r.seq`
 

@@ -41,7 +41,7 @@ const logRecover = `WITH g AS (
 		WHERE e.part = 0 AND b.tenant = e.tenant AND b.topic = e.topic AND b.grp = e.grp
 			AND b.status = 'PENDING' AND b.grp <> '' AND b.seq > e.done AND b.seq <= e.upto
 		UNION ALL
-		SELECT b.id FROM {T} b WHERE e.part > 0 AND b.seq = e.part AND b.status = 'PENDING' AND b.seq > e.done
+		SELECT b.id FROM {T} b WHERE e.part > 0 AND b.seq = e.part AND b.status = 'PENDING' AND b.claimed_by IS NULL AND b.seq > e.done
 	) b
 ), upd AS (
 	UPDATE {T} m SET

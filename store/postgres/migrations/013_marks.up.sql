@@ -46,14 +46,17 @@ CREATE TABLE {{schema}}.{{prefix}}groups (
 INSERT INTO {{schema}}.{{prefix}}groups
 SELECT DISTINCT tenant, topic, grp FROM {{schema}}.{{prefix}}messages WHERE grp <> '';
 
--- The log window: the messages whose rows are PENDING, by sequence number
--- (partial, so the listings' plans keep their (tenant, seq) index).
-CREATE INDEX {{prefix}}messages_pending_seq ON {{schema}}.{{prefix}}messages (seq) WHERE status = 'PENDING';
+-- The log window: the messages whose rows are PENDING, by sequence number.
+-- Partial on a predicate only the append-only path's statements state
+-- (claimed_by IS NULL: that path never sets it), so the other statements'
+-- plans keep their indexes.
+CREATE INDEX {{prefix}}messages_pending_seq ON {{schema}}.{{prefix}}messages (seq)
+    WHERE status = 'PENDING' AND claimed_by IS NULL;
 -- Messages that wait for a time of their own (a retry, a deferred release,
 -- a scheduled enqueue): the claim finds their groups again when they come
 -- due.
 CREATE INDEX {{prefix}}messages_due ON {{schema}}.{{prefix}}messages (next_attempt_at)
-    WHERE status = 'PENDING' AND next_attempt_at > created_at;
+    WHERE status = 'PENDING' AND next_attempt_at > created_at AND claimed_by IS NULL;
 
 -- Every message with the state its group's marks give it: a PENDING row
 -- at or below its group's done is SENT (at the first mark that reached
