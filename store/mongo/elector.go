@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/outboxkit/outboxkit/internal/elect"
 	"github.com/outboxkit/outboxkit/internal/surface"
 	"github.com/outboxkit/outboxkit/outbox"
 )
@@ -97,15 +98,7 @@ type term struct {
 
 // Elector returns an Elector for this store's outbox.
 func (s *Store) Elector(opts ElectorOptions) *Elector {
-	if opts.Name == "" {
-		opts.Name = "processor"
-	}
-	if opts.RetryInterval <= 0 {
-		opts.RetryInterval = 5 * time.Second
-	}
-	if opts.CheckInterval <= 0 {
-		opts.CheckInterval = 2 * time.Second
-	}
+	elect.Default(&opts.Name, &opts.RetryInterval, &opts.CheckInterval)
 	if opts.LeaseTTL <= 0 {
 		opts.LeaseTTL = 15 * time.Second
 	}
@@ -134,7 +127,7 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error
 		return outbox.InvalidParam("ElectorOptions.LeaseTTL", fmt.Sprintf("is %s: it must be more than twice CheckInterval (%s)", e.opts.LeaseTTL, e.opts.CheckInterval))
 	}
 	if lead == nil {
-		lead = func(ctx context.Context) { <-ctx.Done() }
+		lead = elect.Hold
 	}
 	for ctx.Err() == nil {
 		t, ok, err := e.acquire(ctx)
@@ -145,7 +138,7 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error
 			e.lead(ctx, t, lead)
 			continue
 		}
-		if !sleepCtx(ctx, e.opts.RetryInterval) {
+		if !elect.Sleep(ctx, e.opts.RetryInterval) {
 			return nil
 		}
 	}
@@ -242,56 +235,32 @@ func (e *Elector) renew(ctx context.Context, t term) (time.Time, error) {
 }
 
 // lead runs the leader's term t: it renews the lease every CheckInterval
-// until ctx ends, lead returns, or the lease is lost, then releases it.
+// until ctx ends, lead returns, the lease is lost or could not be renewed
+// before t's deadline, then releases it.
 func (e *Elector) lead(ctx context.Context, t term, lead func(ctx context.Context)) {
-	e.leader.Store(true)
-	e.s.log.InfoContext(ctx, "outboxkit/mongo: became leader", "election", e.opts.Name, "epoch", t.epoch)
-	lctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		lead(lctx)
-	}()
-	tick := time.NewTicker(e.opts.CheckInterval)
-	defer tick.Stop()
-	lapse := time.NewTimer(time.Until(t.deadline))
-	defer lapse.Stop()
-	held := true
-watch:
-	for {
-		select {
-		case <-ctx.Done():
-			break watch
-		case <-done:
-			break watch
-		case <-lapse.C:
-			e.s.log.WarnContext(ctx, "outboxkit/mongo: leader could not renew its lease in time, stepping down", "election", e.opts.Name)
-			held = false
-			break watch
-		case <-tick.C:
+	err := elect.Term{
+		Leader: &e.leader, Log: e.s.log, Prefix: "outboxkit/mongo", Attrs: []any{"election", e.opts.Name, "epoch", t.epoch},
+		Every: e.opts.CheckInterval,
+		Check: func(ctx context.Context) error {
 			deadline, err := e.renew(ctx, t)
 			switch {
 			case errors.Is(err, errLeaseTaken):
 				e.s.log.WarnContext(ctx, "outboxkit/mongo: leader lost its lease, stepping down", "election", e.opts.Name)
-				held = false
-				break watch
+				return err
 			case err != nil:
 				if ctx.Err() == nil {
 					e.s.log.WarnContext(ctx, "outboxkit/mongo: leader could not renew its lease", "err", err)
 				}
 			default:
 				t.deadline = deadline
-				lapse.Reset(time.Until(deadline))
 			}
-		}
-	}
-	e.leader.Store(false)
-	cancel()
-	<-done
-	if held && time.Now().Before(t.deadline) {
+			return nil
+		},
+		Deadline: func() time.Time { return t.deadline },
+	}.Run(ctx, lead)
+	if err == nil && time.Now().Before(t.deadline) {
 		e.release(ctx, t.epoch)
 	}
-	e.s.log.InfoContext(context.WithoutCancel(ctx), "outboxkit/mongo: stepped down", "election", e.opts.Name, "epoch", t.epoch)
 }
 
 // release deletes this Elector's lease of epoch. A failure is logged; the
@@ -301,18 +270,5 @@ func (e *Elector) release(ctx context.Context, epoch int64) {
 	defer cancel()
 	if _, err := e.s.locks.DeleteOne(ctx, e.fence(epoch)); err != nil {
 		e.s.log.WarnContext(ctx, "outboxkit/mongo: could not release the lease; it expires after LeaseTTL", "err", err)
-	}
-}
-
-// sleepCtx sleeps for d or until ctx ends; it reports whether ctx is
-// still alive.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxkit/outboxkit/internal/elect"
 	"github.com/outboxkit/outboxkit/internal/surface"
 )
 
@@ -74,15 +75,7 @@ type Elector struct {
 
 // Elector returns an Elector for this store's outbox.
 func (s *Store) Elector(opts ElectorOptions) *Elector {
-	if opts.Name == "" {
-		opts.Name = "processor"
-	}
-	if opts.RetryInterval <= 0 {
-		opts.RetryInterval = 5 * time.Second
-	}
-	if opts.CheckInterval <= 0 {
-		opts.CheckInterval = 2 * time.Second
-	}
+	elect.Default(&opts.Name, &opts.RetryInterval, &opts.CheckInterval)
 	return &Elector{d: s.d, opts: opts}
 }
 
@@ -104,7 +97,7 @@ func (e *Elector) IsLeader() bool { return e.leader.Load() }
 // tries again after RetryInterval.
 func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error {
 	if lead == nil {
-		lead = func(ctx context.Context) { <-ctx.Done() }
+		lead = elect.Hold
 	}
 	for ctx.Err() == nil {
 		conn, name, err := e.connect(ctx)
@@ -112,14 +105,14 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error
 			if ctx.Err() == nil {
 				e.d.env.Log.WarnContext(ctx, "outboxkit/mysql: elector cannot connect", "err", err)
 			}
-			if !sleepCtx(ctx, e.opts.RetryInterval) {
+			if !elect.Sleep(ctx, e.opts.RetryInterval) {
 				return nil
 			}
 			continue
 		}
 		e.campaign(ctx, conn, name, lead)
 		discard(conn)
-		if ctx.Err() == nil && !sleepCtx(ctx, e.opts.RetryInterval) {
+		if ctx.Err() == nil && !elect.Sleep(ctx, e.opts.RetryInterval) {
 			return nil
 		}
 	}
@@ -172,7 +165,7 @@ func (e *Elector) campaign(ctx context.Context, conn *sql.Conn, name string, lea
 			return
 		}
 		if got.Int64 != 1 {
-			if !sleepCtx(ctx, e.opts.RetryInterval) {
+			if !elect.Sleep(ctx, e.opts.RetryInterval) {
 				return
 			}
 			continue
@@ -201,37 +194,18 @@ func cmpErr(err, alt error) error {
 // lead runs the leader's term; it reports whether conn is still healthy
 // (and still holds the lock).
 func (e *Elector) lead(ctx context.Context, conn *sql.Conn, name string, lead func(ctx context.Context)) bool {
-	e.leader.Store(true)
-	e.d.env.Log.InfoContext(ctx, "outboxkit/mysql: became leader", "election", e.opts.Name)
-	lctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		lead(lctx)
-	}()
-	healthy := true
-	t := time.NewTicker(e.opts.CheckInterval)
-	defer t.Stop()
-watch:
-	for {
-		select {
-		case <-ctx.Done():
-			break watch
-		case <-done:
-			break watch
-		case <-t.C:
-			if err := e.check(ctx, conn, name); err != nil {
+	err := elect.Term{
+		Leader: &e.leader, Log: e.d.env.Log, Prefix: "outboxkit/mysql", Attrs: []any{"election", e.opts.Name},
+		Every: e.opts.CheckInterval,
+		Check: func(ctx context.Context) error {
+			err := e.check(ctx, conn, name)
+			if err != nil {
 				e.d.env.Log.WarnContext(ctx, "outboxkit/mysql: leader lost its lock, stepping down", "err", err)
-				healthy = false
-				break watch
 			}
-		}
-	}
-	e.leader.Store(false)
-	cancel()
-	<-done
-	e.d.env.Log.InfoContext(context.WithoutCancel(ctx), "outboxkit/mysql: stepped down", "election", e.opts.Name)
-	return healthy && ctx.Err() == nil
+			return err
+		},
+	}.Run(ctx, lead)
+	return err == nil && ctx.Err() == nil
 }
 
 // check reports an error unless conn still holds the lock: IS_USED_LOCK
@@ -250,17 +224,4 @@ func (e *Elector) check(ctx context.Context, conn *sql.Conn, name string) error 
 		return errors.New("the lock is no longer this session's")
 	}
 	return nil
-}
-
-// sleepCtx sleeps for d or until ctx ends; it reports whether ctx is
-// still alive.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxkit/outboxkit/internal/elect"
 	"github.com/outboxkit/outboxkit/internal/surface"
 )
 
@@ -76,15 +77,7 @@ type election struct {
 
 // Elector returns an Elector for this store's outbox.
 func (s *Store) Elector(opts ElectorOptions) *Elector {
-	if opts.Name == "" {
-		opts.Name = "processor"
-	}
-	if opts.RetryInterval <= 0 {
-		opts.RetryInterval = 5 * time.Second
-	}
-	if opts.CheckInterval <= 0 {
-		opts.CheckInterval = 2 * time.Second
-	}
+	elect.Default(&opts.Name, &opts.RetryInterval, &opts.CheckInterval)
 	return &Elector{d: s.d, opts: opts}
 }
 
@@ -106,7 +99,7 @@ func (e *Elector) IsLeader() bool { return e.leader.Load() }
 // and tries again after RetryInterval.
 func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error {
 	if lead == nil {
-		lead = func(ctx context.Context) { <-ctx.Done() }
+		lead = elect.Hold
 	}
 	for ctx.Err() == nil {
 		// Only an Elector whose database answers may lead.
@@ -115,7 +108,7 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error
 			if ctx.Err() == nil {
 				e.d.env.Log.WarnContext(ctx, "outboxkit/sqlite: elector cannot reach the database", "err", err)
 			}
-			if !sleepCtx(ctx, e.opts.RetryInterval) {
+			if !elect.Sleep(ctx, e.opts.RetryInterval) {
 				return nil
 			}
 			continue
@@ -201,34 +194,17 @@ func (e *Elector) release(key string) {
 // lead runs the leader's term, checking every CheckInterval that the
 // database still answers.
 func (e *Elector) lead(ctx context.Context, lead func(ctx context.Context)) {
-	e.leader.Store(true)
-	e.d.env.Log.InfoContext(ctx, "outboxkit/sqlite: became leader", "election", e.opts.Name)
-	lctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		lead(lctx)
-	}()
-	t := time.NewTicker(e.opts.CheckInterval)
-	defer t.Stop()
-watch:
-	for {
-		select {
-		case <-ctx.Done():
-			break watch
-		case <-done:
-			break watch
-		case <-t.C:
-			if err := e.check(ctx); err != nil {
+	_ = elect.Term{
+		Leader: &e.leader, Log: e.d.env.Log, Prefix: "outboxkit/sqlite", Attrs: []any{"election", e.opts.Name},
+		Every: e.opts.CheckInterval,
+		Check: func(ctx context.Context) error {
+			err := e.check(ctx)
+			if err != nil {
 				e.d.env.Log.WarnContext(ctx, "outboxkit/sqlite: leader's database does not answer, stepping down", "err", err)
-				break watch
 			}
-		}
-	}
-	e.leader.Store(false)
-	cancel()
-	<-done
-	e.d.env.Log.InfoContext(context.WithoutCancel(ctx), "outboxkit/sqlite: stepped down", "election", e.opts.Name)
+			return err
+		},
+	}.Run(ctx, lead)
 }
 
 // check runs a trivial query on the store's database.
@@ -241,17 +217,4 @@ func (e *Elector) check(ctx context.Context) error {
 		return nil // stopping, not failing
 	}
 	return err
-}
-
-// sleepCtx sleeps for d or until ctx ends; it reports whether ctx is
-// still alive.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -3,58 +3,20 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
-	"slices"
 	"testing"
-	"time"
 
-	"github.com/outboxkit/outboxkit/outbox"
+	"github.com/outboxkit/outboxkit/outbox/outboxtest/storetest"
 	"github.com/outboxkit/outboxkit/store/sqlite"
 )
 
 // TestLeaseWithoutClaimToken: a message leased before migration 7 (no
-// claim token, as a claim of an earlier version leaves it) is extended by
-// a lease without a token and finished by an outcome without one, as the
-// processor that claimed it sends them; a lease or an outcome naming a
-// token does not match it; lease recovery recovers it.
+// claim token, as a claim of an earlier version leaves it) is extended,
+// finished and recovered as storetest.LeaseWithoutClaimToken says.
 func TestLeaseWithoutClaimToken(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	st := newStore(t, sqlite.Options{})
-	ob := outbox.New[*sql.Tx](st, outbox.Options{})
-	var msgs []outbox.Message
-	for range 3 {
-		msgs = append(msgs, outbox.Message{Topic: "t", Payload: json.RawMessage(`{}`)})
-	}
-	if _, err := ob.Enqueue(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	c, err := st.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 3, Owner: "old", Now: now})
-	if err != nil || len(c) != 3 {
-		t.Fatalf("claim: %d, %v", len(c), err)
-	}
-	if _, err := st.DB().ExecContext(ctx, `UPDATE outbox_messages SET claim_token = NULL`); err != nil {
-		t.Fatal(err)
-	}
-	ext, err := st.MessageExtendLease(ctx, outbox.MessageExtendLeaseParams{Owner: "old", Now: now.Add(time.Hour), Leases: []outbox.Lease{
-		{Topic: "t", ID: c[0].ID, Attempt: 1}, {Topic: "t", ID: c[1].ID, Attempt: 1, ClaimToken: c[1].ClaimToken},
-	}})
-	if err != nil || !slices.Equal(ext.LeaseLost, []string{c[1].ID}) {
-		t.Fatalf("extending leases without a token: %+v, %v; want the one naming a token lost", ext, err)
-	}
-	res, err := st.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "old", Now: now, Outcomes: []outbox.Outcome{
-		{Kind: outbox.OutcomeSent, Topic: "t", ID: c[0].ID, Attempt: 1},
-		{Kind: outbox.OutcomeSent, Topic: "t", ID: c[1].ID, Attempt: 1, ClaimToken: c[1].ClaimToken},
-	}})
-	if err != nil || !slices.Equal(res.LeaseLost, []string{c[1].ID}) {
-		t.Fatalf("outcomes for leases without a token: %+v, %v; want the one naming a token lost", res, err)
-	}
-	rec, err := st.MessageRecover(ctx, outbox.MessageRecoverParams{ClaimedBefore: now.Add(30 * time.Minute), Now: now.Add(time.Hour)})
-	if err != nil || rec.Recovered != 2 {
-		t.Fatalf("recovering leases without a token: %+v, %v; want 2", rec, err)
-	}
-	if m, err := st.MessageGet(ctx, outbox.MessageGetParams{ID: c[0].ID}); err != nil || m.Status != outbox.StatusSent {
-		t.Fatalf("the message finished without a token: %+v, %v; want SENT", m.Status, err)
-	}
+	storetest.LeaseWithoutClaimToken[*sql.Tx](t, st, func(ctx context.Context) error {
+		_, err := st.DB().ExecContext(ctx, `UPDATE outbox_messages SET claim_token = NULL`)
+		return err
+	})
 }
