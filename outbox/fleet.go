@@ -466,9 +466,12 @@ func (f *Fleet) acquire(ctx context.Context, need int) {
 		return
 	}
 	busy := map[string]bool{}
+	expiredAt := map[string]time.Time{}
 	for _, l := range leases {
 		if !l.Expired {
 			busy[l.Shard] = true
+		} else if !l.ExpiresAt.IsZero() {
+			expiredAt[l.Shard] = l.ExpiresAt
 		}
 	}
 	f.mu.Lock()
@@ -494,7 +497,7 @@ func (f *Fleet) acquire(ctx context.Context, need int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, l := range got {
-		f.startLocked(l)
+		f.startLocked(l, expiredAt[l.Shard])
 	}
 }
 
@@ -505,15 +508,21 @@ func (f *Fleet) setLeaseErr(err error) {
 	f.log.Warn("the shard leaser failed", "err", err)
 }
 
-// startLocked starts serving the database of lease l.
-func (f *Fleet) startLocked(l ShardLease) {
+// startLocked starts serving the database of lease l. expiredAt is when
+// the previous lease ran out (zero when there was none, or it was
+// released): the log tells how long the database went unserved.
+func (f *Fleet) startLocked(l ShardLease, expiredAt time.Time) {
 	now := time.Now()
 	// The shard's context does not end with Run's: shutdown stops each
 	// shard itself, after which its lease is released.
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), shardCtxKey{}, l))
 	sh := &fleetShard{name: l.Shard, lease: l, acquiredAt: now, renewedAt: now, cancel: cancel, done: make(chan struct{})}
 	f.shards[l.Shard] = sh
-	f.log.Info("serving a database", "database", l.Shard, "epoch", l.Epoch)
+	if expiredAt.IsZero() {
+		f.log.Info("serving a database", "database", l.Shard, "epoch", l.Epoch)
+	} else {
+		f.log.Info("serving a database", "database", l.Shard, "epoch", l.Epoch, "lease_expired_at", expiredAt)
+	}
 	go f.serve(ctx, sh)
 }
 

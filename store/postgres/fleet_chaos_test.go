@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -401,6 +402,13 @@ func TestFleetChaos(t *testing.T) {
 			}
 		}
 		resumes = append(resumes, worst.Round(10*time.Millisecond))
+		var victimDBs []string
+		for db := range after {
+			if before[db].member == killed[i] {
+				victimDBs = append(victimDBs, db)
+			}
+		}
+		t.Logf("FIGURE fleet resume breakdown, kill %d: %s", i+1, resumeBreakdown(t, logDir, k, victimDBs, after))
 		b, a := before[worstDB], after[worstDB]
 		t.Logf("kill %d (%s, serving %d databases): %s waited longest: last published by %s (epoch %d) %s before the kill, next by %s (epoch %d) %s after",
 			i+1, killed[i], victims, worstDB, b.member, b.epoch, k.Sub(b.at).Round(time.Millisecond), a.member, a.epoch, worst.Round(time.Millisecond))
@@ -587,7 +595,8 @@ func fleetChild(t *testing.T) {
 				pool.Close()
 				return outbox.ShardStore{}, err
 			}
-			return outbox.ShardStore{Store: s, Close: pool.Close}, nil
+			logger.Info(chaosOpened, "database", db)
+			return outbox.ShardStore{Store: &firstClaimStore{Store: s, db: db, log: logger}, Close: pool.Close}, nil
 		},
 		Logger:    logger,
 		Processor: outbox.Config{AllTopics: true, ProcessingTimeout: chaosProcTimeout, RecoveryInterval: time.Second, Logger: logger},
@@ -596,4 +605,144 @@ func fleetChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = f.Run(ctx) // until killed
+}
+
+// The chaos children's log messages that time a database's start, beside
+// the fleet's "serving a database" (the lease taken, with the previous
+// lease's expiry) and the processor's "outbox processor started" (its
+// probe passed).
+const (
+	chaosOpened     = "chaos: store opened"
+	chaosFirstClaim = "chaos: first claim"
+	chaosFirstRecov = "chaos: first recovery"
+)
+
+// firstClaimStore logs the end of a database's first claim in a chaos
+// child (the store's own methods are promoted, so the fleet sees every
+// optional capability).
+type firstClaimStore struct {
+	*postgres.Store
+	db        string
+	log       *slog.Logger
+	claimed   atomic.Bool
+	recovered atomic.Bool
+}
+
+// MessageRecover is the store's, logging the first one that succeeded.
+func (s *firstClaimStore) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
+	start := time.Now()
+	res, err := s.Store.MessageRecover(ctx, p)
+	if err == nil && s.recovered.CompareAndSwap(false, true) {
+		s.log.Info(chaosFirstRecov, "database", s.db, "recovery_took", time.Since(start), "recovered", res.Recovered)
+	}
+	return res, err
+}
+
+// MessageClaim is the store's, logging the first one that succeeded.
+func (s *firstClaimStore) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
+	start := time.Now()
+	ms, err := s.Store.MessageClaim(ctx, p)
+	if err == nil && s.claimed.CompareAndSwap(false, true) {
+		s.log.Info(chaosFirstClaim, "database", s.db, "claim_took", time.Since(start), "messages", len(ms))
+	}
+	return ms, err
+}
+
+var logAttrRE = regexp.MustCompile(`(\w+)=("(?:[^"\\]|\\.)*"|\S+)`)
+
+// resumeBreakdown tells what a kill's resume was made of, from the
+// processes' logs: for the killed process's databases (dbs), the time
+// from the kill to the first of each step after it (the lease expired, by
+// the coordination database's clock; a new lease taken; the store opened;
+// the processor's probe passed; the first claim and the first recovery
+// done; the first publication, after), as median and max over the databases, and the
+// steps of the database that waited longest.
+func resumeBreakdown(t *testing.T, dir string, kill time.Time, dbs []string, after map[string]fleetPub) string {
+	t.Helper()
+	steps := []string{"expired", "acquired", "opened", "probed", "claimed", "recovered", "published"}
+	byMsg := map[string]string{
+		"serving a database": "acquired", chaosOpened: "opened", "outbox processor started": "probed",
+		chaosFirstClaim: "claimed", chaosFirstRecov: "recovered",
+	}
+	want := map[string]bool{}
+	for _, db := range dbs {
+		want[db] = true
+	}
+	at := map[string]map[string]time.Time{} // database -> step -> first time after the kill
+	first := func(db, step string, ts time.Time) {
+		if ts.Before(kill) {
+			return
+		}
+		if at[db] == nil {
+			at[db] = map[string]time.Time{}
+		}
+		if old, ok := at[db][step]; !ok || ts.Before(old) {
+			at[db][step] = ts
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.out"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			attrs := map[string]string{}
+			for _, m := range logAttrRE.FindAllStringSubmatch(line, -1) {
+				v := m[2]
+				if uq, err := strconv.Unquote(v); err == nil {
+					v = uq
+				}
+				attrs[m[1]] = v
+			}
+			step, db := byMsg[attrs["msg"]], attrs["database"]
+			if step == "" || !want[db] {
+				continue
+			}
+			ts, err := time.Parse(time.RFC3339Nano, attrs["time"])
+			if err != nil {
+				continue
+			}
+			first(db, step, ts)
+			if step == "acquired" {
+				if exp, err := time.Parse(time.RFC3339Nano, attrs["lease_expired_at"]); err == nil {
+					first(db, "expired", exp)
+				}
+			}
+		}
+	}
+	for db, p := range after {
+		if want[db] {
+			first(db, "published", p.at)
+		}
+	}
+	var parts []string
+	for _, step := range steps {
+		var ds []time.Duration
+		for _, db := range dbs {
+			if ts, ok := at[db][step]; ok {
+				ds = append(ds, ts.Sub(kill))
+			}
+		}
+		if len(ds) == 0 {
+			parts = append(parts, step+" -")
+			continue
+		}
+		slices.Sort(ds)
+		parts = append(parts, fmt.Sprintf("%s %s/%s (%d)", step, ds[len(ds)/2].Round(10*time.Millisecond), ds[len(ds)-1].Round(10*time.Millisecond), len(ds)))
+	}
+	worst, worstAt := "", time.Duration(0)
+	for _, db := range dbs {
+		if ts, ok := at[db]["published"]; ok && ts.Sub(kill) > worstAt {
+			worst, worstAt = db, ts.Sub(kill)
+		}
+	}
+	var w []string
+	for _, step := range steps {
+		if ts, ok := at[worst][step]; ok {
+			w = append(w, fmt.Sprintf("%s %s", step, ts.Sub(kill).Round(10*time.Millisecond)))
+		}
+	}
+	return fmt.Sprintf("after the kill, median/max over %d databases: %s; longest, %s: %s",
+		len(dbs), strings.Join(parts, ", "), worst, strings.Join(w, ", "))
 }
