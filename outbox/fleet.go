@@ -32,6 +32,16 @@ import (
 //     even an overlap (a paused process) keeps the outbox invariants.
 //   - A shared connection budget: every store call the processors make goes
 //     through MaxStoreCalls slots shared by all the instance's databases.
+//   - Starts in turn: a database taken starts (its store opened, its
+//     processor's probe and first claim) while fewer than MaxStarting others
+//     are starting, those whose previous lease expired first before the
+//     others; its processor's lease recovery and wake-ups (a LISTEN
+//     connection on PostgreSQL) begin once its first claim returned and no
+//     other database is waiting to start or starting. The many databases
+//     of an instance that died thus start a batch at a time on the
+//     instance that takes them (at the moment their leases expire, not at
+//     its next renewal), each publishing again as soon as its own start is
+//     done, instead of all at once, each waiting behind all the others.
 //   - Wake-ups per database: each processor uses its store's Waker (LISTEN
 //     on PostgreSQL) as a single Processor would.
 //   - Health and progress per database: Status.
@@ -58,6 +68,12 @@ type Fleet struct {
 	// excessSince is when this instance started serving more than its
 	// share (zero when it does not).
 	excessSince time.Time
+	// queue holds the shards waiting for their turn to start, in order;
+	// starting counts those starting (see FleetConfig.MaxStarting). calm
+	// is closed while neither is any.
+	queue    []*fleetShard
+	starting int
+	calm     chan struct{}
 }
 
 // FleetConfig configures a Fleet. Databases, Open, Publisher and Leaser are
@@ -103,6 +119,25 @@ type FleetConfig struct {
 	// claims, outcomes, lease extensions and recovery (wake-up listeners
 	// hold a connection each on their own). Defaults to 16.
 	MaxStoreCalls int
+	// MaxStarting bounds the databases this instance starts at once, from
+	// opening a database's store to the end of its processor's first
+	// claim. The others wait their turn, holding their leases, those whose
+	// previous lease expired first (they went unserved longest) before the
+	// others. A database's lease recovery and wake-ups begin once its first
+	// claim returned and no database is waiting to start or starting (its
+	// processor polls until then). When many databases start at once (an
+	// instance died and this one takes its share), each start then costs
+	// its own few store calls instead of waiting behind every other
+	// database's, and the starts do not compete with the recoveries and
+	// listeners of those started before them: unbounded,
+	// a few dozen databases starting at once on a busy machine made every
+	// first claim wait in MaxStoreCalls for longer than ProcessingTimeout,
+	// and the processor does not publish messages whose lease it counts as
+	// expired. Defaults to MaxStoreCalls: a database makes one store call
+	// at a time while it starts, so the starts never queue behind each
+	// other in the budget, and a database already served waits for at most
+	// one of their calls.
+	MaxStarting int
 	// Logger receives the fleet's logs. Defaults to discarding them.
 	Logger *slog.Logger
 }
@@ -179,11 +214,26 @@ type fleetShard struct {
 	cancel     context.CancelFunc
 	done       chan struct{}
 	stopping   bool
-	proc       *Processor
-	store      Store // the database's store while its processor runs
-	err        error
-	calls      atomic.Int64
+	// turn is closed when the shard may start (FleetConfig.MaxStarting);
+	// start tells where the shard is in its turn, turnGen which turn it
+	// is. All three are guarded by Fleet.mu.
+	turn    chan struct{}
+	start   startState
+	turnGen int
+	proc    *Processor
+	store   Store // the database's store while its processor runs
+	err     error
+	calls   atomic.Int64
 }
+
+// startState is where a shard is in its turn to start.
+type startState int
+
+const (
+	startIdle     startState = iota // neither waiting nor starting
+	startQueued                     // in Fleet.queue
+	startStarting                   // counted in Fleet.starting
+)
 
 // NewFleet returns a Fleet for cfg (defaults applied, then validated; an
 // invalid FleetConfig returns a *ValidationError).
@@ -204,6 +254,7 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 	cfg.RefreshInterval = cmp.Or(cfg.RefreshInterval, 30*time.Second)
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 15*time.Second)
 	cfg.MaxStoreCalls = cmp.Or(cfg.MaxStoreCalls, 16)
+	cfg.MaxStarting = cmp.Or(cfg.MaxStarting, cfg.MaxStoreCalls)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -215,6 +266,8 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 		return nil, invalid("FleetConfig.LeaseTTL", fmt.Sprintf("must be at least 100ms, got %s", cfg.LeaseTTL))
 	case cfg.MaxStoreCalls < 0:
 		return nil, invalid("FleetConfig.MaxStoreCalls", "must be positive")
+	case cfg.MaxStarting < 0:
+		return nil, invalid("FleetConfig.MaxStarting", "must be positive")
 	case cfg.Processor.Leader != nil:
 		return nil, invalid("FleetConfig.Processor.Leader", "is set: the fleet's leases already give each database one instance at a time")
 	case cfg.Processor.DrainTimeout > cfg.LeaseTTL/4:
@@ -226,12 +279,15 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 	if err := probe.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
+	calm := make(chan struct{})
+	close(calm)
 	return &Fleet{
 		cfg:    cfg,
 		log:    cfg.Logger.With("fleet", cfg.ID),
 		budget: make(chan struct{}, cfg.MaxStoreCalls),
 		tick:   cfg.LeaseTTL / 5,
 		shards: map[string]*fleetShard{},
+		calm:   calm,
 	}, nil
 }
 
@@ -255,16 +311,34 @@ func (f *Fleet) Run(ctx context.Context) error {
 	t := time.NewTicker(f.tick)
 	defer t.Stop()
 	for {
-		f.renew(ctx)
+		// A lease this instance waits for that expires before the next
+		// tick (its holder died) is taken when it expires, not up to a
+		// tick later.
+		var early *time.Timer
+		wake := make(<-chan time.Time)
+		if at := f.renew(ctx); !at.IsZero() && time.Until(at) < f.tick {
+			// Not sooner than a tenth of a tick: a clock ahead of the
+			// coordination store's must not make rounds back to back.
+			early = time.NewTimer(max(time.Until(at)+expiryMargin, f.tick/10))
+			wake = early.C
+		}
 		select {
 		case <-ctx.Done():
 			f.shutdown()
 			f.log.Info("outbox fleet stopped")
 			return nil
 		case <-t.C:
+		case <-wake:
+		}
+		if early != nil {
+			early.Stop()
 		}
 	}
 }
+
+// expiryMargin is how long after a lease's expiry (by the coordination
+// store's clock) an instance that waits for it tries to take it.
+const expiryMargin = 20 * time.Millisecond
 
 // shutdown stops every shard, releasing its lease, and leaves the fleet.
 func (f *Fleet) shutdown() {
@@ -287,8 +361,10 @@ func (f *Fleet) shutdown() {
 
 // renew is one round: heartbeat, renew the leases held, stop what is at
 // risk, list the databases when due, and rebalance. Each step has its own
-// deadline (callTimeout), so a slow listing never delays a renewal.
-func (f *Fleet) renew(ctx context.Context) {
+// deadline (callTimeout), so a slow listing never delays a renewal. It
+// returns when the first lease this instance would take expires (see
+// acquire), or zero.
+func (f *Fleet) renew(ctx context.Context) (nextExpiry time.Time) {
 	start := time.Now()
 	f.mu.Lock()
 	f.ticks++
@@ -303,7 +379,7 @@ func (f *Fleet) renew(ctx context.Context) {
 	}
 	cancel()
 	if ctx.Err() != nil {
-		return
+		return time.Time{}
 	}
 	f.mu.Lock()
 	f.leaseErr = cmp.Or(err, renewErr)
@@ -337,16 +413,17 @@ func (f *Fleet) renew(ctx context.Context) {
 	if err != nil || renewErr != nil || first {
 		// The first round only joins: instances started together see each
 		// other before they take their shares.
-		return
+		return time.Time{}
 	}
 	f.mu.Lock()
 	need := f.rebalanceLocked()
 	f.mu.Unlock()
 	if need > 0 {
 		actx, cancel := context.WithTimeout(ctx, f.callTimeout())
-		f.acquire(actx, need)
-		cancel()
+		defer cancel()
+		return f.acquire(actx, need)
 	}
+	return time.Time{}
 }
 
 // list calls FleetConfig.Databases and keeps its answer, or the last one
@@ -458,18 +535,24 @@ func (f *Fleet) rebalanceLocked() (need int) {
 }
 
 // acquire takes up to need databases whose leases are free, those this
-// instance prefers first, and starts serving them.
-func (f *Fleet) acquire(ctx context.Context, need int) {
+// instance prefers first, and starts serving them. When it took fewer than
+// need, it returns when the first live lease of another member expires
+// (zero when none tells): a member that died, whose leases this instance
+// may take then.
+func (f *Fleet) acquire(ctx context.Context, need int) (nextExpiry time.Time) {
 	leases, err := f.cfg.Leaser.ShardList(ctx, ShardListParams{})
 	if err != nil {
 		f.setLeaseErr(err)
-		return
+		return time.Time{}
 	}
 	busy := map[string]bool{}
 	expiredAt := map[string]time.Time{}
 	for _, l := range leases {
 		if !l.Expired {
 			busy[l.Shard] = true
+			if l.Owner != f.cfg.ID && !l.ExpiresAt.IsZero() && (nextExpiry.IsZero() || l.ExpiresAt.Before(nextExpiry)) {
+				nextExpiry = l.ExpiresAt
+			}
 		} else if !l.ExpiresAt.IsZero() {
 			expiredAt[l.Shard] = l.ExpiresAt
 		}
@@ -485,20 +568,29 @@ func (f *Fleet) acquire(ctx context.Context, need int) {
 	slices.SortFunc(free, func(a, b string) int {
 		return cmp.Compare(preference(f.cfg.ID, b), preference(f.cfg.ID, a))
 	})
+	if len(free) >= need {
+		nextExpiry = time.Time{}
+	}
 	free = free[:min(len(free), need)]
 	if len(free) == 0 {
-		return
+		return nextExpiry
 	}
 	got, err := f.cfg.Leaser.ShardAcquire(ctx, ShardAcquireParams{Member: f.cfg.ID, Shards: free, TTL: f.cfg.LeaseTTL})
 	if err != nil {
 		f.setLeaseErr(err)
-		return
+		return time.Time{}
 	}
+	// The databases unserved longest start first (FleetConfig.MaxStarting);
+	// a released lease counts as expired now.
+	now := time.Now()
+	since := func(shard string) time.Time { return cmp.Or(expiredAt[shard], now) }
+	slices.SortStableFunc(got, func(a, b ShardLease) int { return since(a.Shard).Compare(since(b.Shard)) })
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, l := range got {
 		f.startLocked(l, expiredAt[l.Shard])
 	}
+	return nextExpiry
 }
 
 func (f *Fleet) setLeaseErr(err error) {
@@ -518,12 +610,15 @@ func (f *Fleet) startLocked(l ShardLease, expiredAt time.Time) {
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), shardCtxKey{}, l))
 	sh := &fleetShard{name: l.Shard, lease: l, acquiredAt: now, renewedAt: now, cancel: cancel, done: make(chan struct{})}
 	f.shards[l.Shard] = sh
+	// Queued here, in the order the leases were taken, not when serve
+	// begins: goroutines begin in no particular order.
+	turn := f.queueLocked(sh)
 	if expiredAt.IsZero() {
 		f.log.Info("serving a database", "database", l.Shard, "epoch", l.Epoch)
 	} else {
 		f.log.Info("serving a database", "database", l.Shard, "epoch", l.Epoch, "lease_expired_at", expiredAt)
 	}
-	go f.serve(ctx, sh)
+	go f.serve(ctx, sh, turn)
 }
 
 // stopLocked stops sh's processor; its lease is released once the
@@ -543,11 +638,20 @@ func (f *Fleet) stopLocked(sh *fleetShard, why string) {
 // serve runs the database's processor until its context ends, reopening
 // the store with backoff when opening or starting fails, then releases the
 // lease.
-func (f *Fleet) serve(ctx context.Context, sh *fleetShard) {
+func (f *Fleet) serve(ctx context.Context, sh *fleetShard, turn int) {
 	defer close(sh.done)
 	backoff := 500 * time.Millisecond
-	for ctx.Err() == nil {
-		err := f.serveOnce(ctx, sh)
+	for first := true; ctx.Err() == nil; first = false {
+		if !first {
+			f.mu.Lock()
+			turn = f.queueLocked(sh)
+			f.mu.Unlock()
+		}
+		if !f.awaitTurn(ctx, sh, turn) {
+			break
+		}
+		err := f.serveOnce(ctx, sh, turn)
+		f.endTurn(sh, turn)
 		if ctx.Err() != nil {
 			break
 		}
@@ -575,7 +679,7 @@ func (f *Fleet) serve(ctx context.Context, sh *fleetShard) {
 	f.mu.Unlock()
 }
 
-func (f *Fleet) serveOnce(ctx context.Context, sh *fleetShard) error {
+func (f *Fleet) serveOnce(ctx context.Context, sh *fleetShard, turn int) error {
 	ss, err := f.cfg.Open(ctx, sh.name)
 	if err != nil {
 		return fmt.Errorf("outbox: fleet: open %q: %w", sh.name, err)
@@ -591,7 +695,15 @@ func (f *Fleet) serveOnce(ctx context.Context, sh *fleetShard) error {
 	if cfg.Logger != nil {
 		cfg.Logger = cfg.Logger.With("database", sh.name)
 	}
-	p, err := NewProcessor(&fleetStore{Store: ss.Store, budget: f.budget, calls: &sh.calls}, f.cfg.Publisher, cfg)
+	started, settled := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	fs := &fleetStore{Store: ss.Store, budget: f.budget, calls: &sh.calls, settled: settled, claimed: func() {
+		once.Do(func() { close(started); f.endTurn(sh, turn) })
+	}}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go f.settle(sctx, started, settled)
+	p, err := NewProcessor(fs, f.cfg.Publisher, cfg)
 	if err != nil {
 		return err
 	}
@@ -606,6 +718,98 @@ func (f *Fleet) serveOnce(ctx context.Context, sh *fleetShard) error {
 		f.mu.Unlock()
 	}()
 	return p.Run(ctx)
+}
+
+// queueLocked queues sh to start (see FleetConfig.MaxStarting) and
+// returns its turn, for awaitTurn and endTurn.
+func (f *Fleet) queueLocked(sh *fleetShard) (turn int) {
+	sh.turnGen++
+	sh.turn = make(chan struct{})
+	sh.start = startQueued
+	f.queue = append(f.queue, sh)
+	select {
+	case <-f.calm:
+		f.calm = make(chan struct{})
+	default:
+	}
+	f.admitLocked()
+	return sh.turnGen
+}
+
+// awaitTurn waits for sh's turn to start; it returns false when ctx ended
+// first. A turn lasts at most LeaseTTL/4: a database whose start hangs (an
+// unreachable server) does not hold the others back.
+func (f *Fleet) awaitTurn(ctx context.Context, sh *fleetShard, turn int) bool {
+	f.mu.Lock()
+	ch := sh.turn
+	f.mu.Unlock()
+	select {
+	case <-ch:
+		time.AfterFunc(f.cfg.LeaseTTL/4, func() { f.endTurn(sh, turn) })
+		return true
+	case <-ctx.Done():
+		f.endTurn(sh, turn)
+		return false
+	}
+}
+
+// endTurn ends sh's turn to start: its first claim returned, its
+// processor could not start, the turn lasted its longest, or sh stopped
+// (while waiting for its turn, too). The next shards in the queue may
+// start. Ending a turn that already ended, or a former one, does nothing.
+func (f *Fleet) endTurn(sh *fleetShard, turn int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if sh.turnGen != turn {
+		return
+	}
+	switch sh.start {
+	case startQueued:
+		f.queue = slices.DeleteFunc(f.queue, func(q *fleetShard) bool { return q == sh })
+	case startStarting:
+		f.starting--
+	}
+	sh.start = startIdle
+	f.admitLocked()
+}
+
+// admitLocked lets the queued shards start, in order, while fewer than
+// MaxStarting are starting, and closes calm when none is left.
+func (f *Fleet) admitLocked() {
+	for len(f.queue) > 0 && f.starting < f.cfg.MaxStarting {
+		sh := f.queue[0]
+		f.queue = f.queue[1:]
+		sh.start = startStarting
+		f.starting++
+		close(sh.turn)
+	}
+	if len(f.queue) == 0 && f.starting == 0 {
+		select {
+		case <-f.calm:
+		default:
+			close(f.calm)
+		}
+	}
+}
+
+// settle closes settled once started is closed (the database's first
+// claim returned) and no database of this instance is waiting to start or
+// starting: then its lease recovery and wake-ups begin, and no longer
+// compete with the starts for the fleet's store calls and the servers.
+func (f *Fleet) settle(ctx context.Context, started <-chan struct{}, settled chan<- struct{}) {
+	select {
+	case <-started:
+	case <-ctx.Done():
+		return
+	}
+	f.mu.Lock()
+	calm := f.calm
+	f.mu.Unlock()
+	select {
+	case <-calm:
+		close(settled)
+	case <-ctx.Done():
+	}
 }
 
 // Status returns this instance's view of the fleet and the state of every
@@ -736,6 +940,11 @@ type fleetStore struct {
 	Store
 	budget chan struct{}
 	calls  *atomic.Int64
+	// settled is closed once the processor's first claim returned
+	// (claimed is called then) and no other database is starting (see
+	// Fleet.settle): lease recovery and wake-ups wait for it.
+	settled chan struct{}
+	claimed func()
 }
 
 func (s *fleetStore) enter(ctx context.Context) error {
@@ -750,8 +959,10 @@ func (s *fleetStore) enter(ctx context.Context) error {
 
 func (s *fleetStore) leave() { <-s.budget }
 
-// MessageClaim takes a budget slot for the store's MessageClaim.
+// MessageClaim takes a budget slot for the store's MessageClaim. The first
+// one to return ends the database's start.
 func (s *fleetStore) MessageClaim(ctx context.Context, p MessageClaimParams) ([]Message, error) {
+	defer s.claimed()
 	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
@@ -768,8 +979,14 @@ func (s *fleetStore) MessageFinish(ctx context.Context, p MessageFinishParams) (
 	return s.Store.MessageFinish(ctx, p)
 }
 
-// MessageRecover takes a budget slot for the store's MessageRecover.
+// MessageRecover takes a budget slot for the store's MessageRecover, once
+// settled.
 func (s *fleetStore) MessageRecover(ctx context.Context, p MessageRecoverParams) (RecoverResult, error) {
+	select {
+	case <-s.settled:
+	case <-ctx.Done():
+		return RecoverResult{}, ctx.Err()
+	}
 	if err := s.enter(ctx); err != nil {
 		return RecoverResult{}, err
 	}
@@ -801,14 +1018,31 @@ func (s *fleetStore) Ping(ctx context.Context) error {
 	return pg.Ping(ctx)
 }
 
-// Wakeups is the store's Wakeups (Waker), else a channel that only closes
-// when ctx ends, as a processor without wake-ups polls.
+// Wakeups is the store's Wakeups (Waker), started once settled (the
+// processor polls until then), else a channel that only closes when ctx
+// ends, as a processor without wake-ups polls.
 func (s *fleetStore) Wakeups(ctx context.Context) <-chan struct{} {
-	if w, ok := s.Store.(Waker); ok {
-		return w.Wakeups(ctx)
+	w, ok := s.Store.(Waker)
+	if !ok {
+		ch := make(chan struct{})
+		context.AfterFunc(ctx, func() { close(ch) })
+		return ch
 	}
-	ch := make(chan struct{})
-	context.AfterFunc(ctx, func() { close(ch) })
+	ch := make(chan struct{}, 1)
+	go func() {
+		defer close(ch)
+		select {
+		case <-s.settled:
+		case <-ctx.Done():
+			return
+		}
+		for range w.Wakeups(ctx) {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}()
 	return ch
 }
 

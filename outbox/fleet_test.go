@@ -38,6 +38,7 @@ func TestNewFleetValidates(t *testing.T) {
 		{"no publisher", "FleetConfig.Publisher", func(c *outbox.FleetConfig) { c.Publisher = nil }},
 		{"no leaser", "FleetConfig.Leaser", func(c *outbox.FleetConfig) { c.Leaser = nil }},
 		{"short lease", "FleetConfig.LeaseTTL", func(c *outbox.FleetConfig) { c.LeaseTTL = time.Millisecond }},
+		{"negative MaxStarting", "FleetConfig.MaxStarting", func(c *outbox.FleetConfig) { c.MaxStarting = -1 }},
 		{"drain outlives the lease", "FleetConfig.Processor.DrainTimeout", func(c *outbox.FleetConfig) {
 			c.LeaseTTL, c.Processor.DrainTimeout = 4*time.Second, 2*time.Second
 		}},

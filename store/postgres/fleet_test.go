@@ -471,3 +471,187 @@ func TestShardLeaseExpiresAt(t *testing.T) {
 		t.Fatalf("after the release: %+v, %v; want it expired with no expiry time", list, err)
 	}
 }
+
+// startWatchStore is a database's store in TestFleetStartsInTurn: it
+// records when the fleet opened it, when its first claim returned, and
+// whether lease recovery or wake-ups were asked for before that.
+type startWatchStore struct {
+	*postgres.Store
+	w  *startWatch
+	db string
+
+	mu      sync.Mutex
+	claimed bool
+}
+
+// startWatch is what TestFleetStartsInTurn observes of every database's
+// start.
+type startWatch struct {
+	mu          sync.Mutex
+	opened      []string // in order
+	starting    int      // opened, first claim not returned yet
+	maxStarting int
+	early       []string // recovery or wake-ups asked for before the first claim returned
+}
+
+func (w *startWatch) open(db string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.opened = append(w.opened, db)
+	w.starting++
+	w.maxStarting = max(w.maxStarting, w.starting)
+}
+
+func (s *startWatchStore) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
+	ms, err := s.Store.MessageClaim(ctx, p)
+	s.mu.Lock()
+	first := !s.claimed
+	s.claimed = true
+	s.mu.Unlock()
+	if first {
+		s.w.mu.Lock()
+		s.w.starting--
+		s.w.mu.Unlock()
+	}
+	return ms, err
+}
+
+func (s *startWatchStore) checkClaimed(what string) {
+	s.mu.Lock()
+	claimed := s.claimed
+	s.mu.Unlock()
+	if !claimed {
+		s.w.mu.Lock()
+		s.w.early = append(s.w.early, s.db+": "+what)
+		s.w.mu.Unlock()
+	}
+}
+
+func (s *startWatchStore) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
+	s.checkClaimed("recovery")
+	return s.Store.MessageRecover(ctx, p)
+}
+
+func (s *startWatchStore) Wakeups(ctx context.Context) <-chan struct{} {
+	s.checkClaimed("wake-ups")
+	return s.Store.Wakeups(ctx)
+}
+
+// TestFleetStartsInTurn: the databases of a member that died are taken as
+// their leases expire (not up to a renewal period later) and start in
+// turn, MaxStarting at a time, those whose leases expired first before the
+// others; a database's lease recovery and wake-ups wait for its first
+// claim. Unbounded, a dead member's few dozen databases all started at
+// once on the instance that took them, and their first claims queued
+// behind each other's opening calls in the fleet's store-call budget,
+// long enough on a busy machine for the processor to count the claimed
+// leases as expired and leave the messages to recovery.
+func TestFleetStartsInTurn(t *testing.T) {
+	t.Parallel()
+	pg := testbackend.Postgres(t, 16)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	leaser := migratedLeaser(ctx, t, pg.Pool, pg.Name)
+	const n = 10
+	var dbs []string
+	for i := range n {
+		name := fmt.Sprintf("%s_db%d", pg.Name, i)
+		s, err := postgres.New(pg.Pool, postgres.Options{Schema: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = pg.Pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+name+" CASCADE") })
+		if _, err := outbox.New[pgx.Tx](s, outbox.Options{}).Enqueue(ctx, msg("t", "g", 0), msg("t", "g", 1)); err != nil {
+			t.Fatal(err)
+		}
+		dbs = append(dbs, name)
+	}
+
+	// A member that died held every database; its leases expire one after
+	// the other, in an order that is neither the names' nor the new
+	// instance's preference, between two of its renewal rounds (every 2 s
+	// with a 10 s LeaseTTL; its first round at once only joins).
+	const ttl = 10 * time.Second
+	order := []int{3, 7, 0, 9, 5, 1, 8, 2, 6, 4}
+	expires := map[string]time.Time{}
+	var want []string
+	for k, i := range order {
+		got, err := leaser.ShardAcquire(ctx, outbox.ShardAcquireParams{Member: "dead", Shards: []string{dbs[i]}, TTL: 2900*time.Millisecond + time.Duration(k)*40*time.Millisecond})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("the dead member's lease of %s: %v, %v", dbs[i], got, err)
+		}
+		expires[dbs[i]] = got[0].ExpiresAt
+		want = append(want, dbs[i])
+	}
+
+	watch := &startWatch{}
+	log := &fleetLog{}
+	f, err := outbox.NewFleet(outbox.FleetConfig{
+		ID: "new", Databases: outbox.StaticDatabases(dbs...), Leaser: leaser, LeaseTTL: ttl,
+		MaxStoreCalls: 4, MaxStarting: 1, Publisher: log.publisher(t, "new"),
+		Open: func(ctx context.Context, db string) (outbox.ShardStore, error) {
+			s, err := postgres.New(pg.Pool, postgres.Options{Schema: db})
+			if err != nil {
+				return outbox.ShardStore{}, err
+			}
+			watch.open(db)
+			return outbox.ShardStore{Store: &startWatchStore{Store: s, w: watch, db: db}}, nil
+		},
+		Processor: outbox.Config{AllTopics: true, PollInterval: 100 * time.Millisecond, RecoveryInterval: 100 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, fcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.Run(fctx) }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		log.mu.Lock()
+		published := len(log.pubs)
+		log.mu.Unlock()
+		if published >= 2*n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d messages published", published, 2*n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	st := f.Status()
+	fcancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	log.check(t, func() map[string]int {
+		m := map[string]int{}
+		for _, db := range dbs {
+			m[db] = 2
+		}
+		return m
+	}())
+
+	var late []string
+	for _, s := range st.Shards {
+		if d := s.AcquiredAt.Sub(expires[s.Database]); d > 500*time.Millisecond {
+			late = append(late, fmt.Sprintf("%s %s", strings.TrimPrefix(s.Database, pg.Name), d.Round(time.Millisecond)))
+		}
+	}
+	if len(late) > 0 {
+		t.Errorf("databases taken more than 500ms after their leases expired (renewal rounds every 2s): %v", late)
+	}
+	watch.mu.Lock()
+	defer watch.mu.Unlock()
+	if !slices.Equal(watch.opened, want) {
+		t.Errorf("databases opened in the order %v, want the order their leases expired in, %v", watch.opened, want)
+	}
+	if watch.maxStarting > 1 {
+		t.Errorf("%d databases started at once, MaxStarting is 1", watch.maxStarting)
+	}
+	if len(watch.early) > 0 {
+		t.Errorf("asked for before the database's first claim returned: %v", watch.early)
+	}
+}
