@@ -31,7 +31,8 @@ import (
 //     Within a database the store's leases and FIFO claims still hold, so
 //     even an overlap (a paused process) keeps the outbox invariants.
 //   - A shared connection budget: every store call the processors make goes
-//     through MaxStoreCalls slots shared by all the instance's databases.
+//     through MaxStoreCalls slots shared by all the instance's databases,
+//     lease recoveries through at most a quarter of them.
 //   - Starts in turn: a database taken starts (its store opened, its
 //     processor's probe and first claim) while fewer than MaxStarting others
 //     are starting, those whose previous lease expired first before the
@@ -51,11 +52,13 @@ import (
 // (FleetConfig.Databases is re-read every RefreshInterval): added databases
 // are taken, removed ones stopped and released.
 type Fleet struct {
-	cfg     FleetConfig
-	log     *slog.Logger
-	budget  chan struct{}
-	running atomic.Bool
-	tick    time.Duration
+	cfg    FleetConfig
+	log    *slog.Logger
+	budget chan struct{}
+	// recoveries is the part of budget lease recoveries may take.
+	recoveries chan struct{}
+	running    atomic.Bool
+	tick       time.Duration
 
 	mu       sync.Mutex
 	dbs      []string
@@ -74,6 +77,13 @@ type Fleet struct {
 	queue    []*fleetShard
 	starting int
 	calm     chan struct{}
+
+	// relPending are the releases waiting for the next ShardRelease call;
+	// releasing reports that a releaseLoop runs. Both are guarded by
+	// relMu.
+	relMu      sync.Mutex
+	relPending []pendingRelease
+	releasing  bool
 }
 
 // FleetConfig configures a Fleet. Databases, Open, Publisher and Leaser are
@@ -117,7 +127,8 @@ type FleetConfig struct {
 	// MaxStoreCalls bounds the store calls this instance's processors make
 	// at once, over all its databases: the connections it uses at once for
 	// claims, outcomes, lease extensions and recovery (wake-up listeners
-	// hold a connection each on their own). Defaults to 16.
+	// hold a connection each on their own). Lease recoveries take at most
+	// a quarter of it (at least one call). Defaults to 16.
 	MaxStoreCalls int
 	// MaxStarting bounds the databases this instance starts at once, from
 	// opening a database's store to the end of its processor's first
@@ -282,12 +293,13 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 	calm := make(chan struct{})
 	close(calm)
 	return &Fleet{
-		cfg:    cfg,
-		log:    cfg.Logger.With("fleet", cfg.ID),
-		budget: make(chan struct{}, cfg.MaxStoreCalls),
-		tick:   cfg.LeaseTTL / 5,
-		shards: map[string]*fleetShard{},
-		calm:   calm,
+		cfg:        cfg,
+		log:        cfg.Logger.With("fleet", cfg.ID),
+		budget:     make(chan struct{}, cfg.MaxStoreCalls),
+		recoveries: make(chan struct{}, max(cfg.MaxStoreCalls/4, 1)),
+		tick:       cfg.LeaseTTL / 5,
+		shards:     map[string]*fleetShard{},
+		calm:       calm,
 	}, nil
 }
 
@@ -370,24 +382,21 @@ func (f *Fleet) renew(ctx context.Context) (nextExpiry time.Time) {
 	f.ticks++
 	first := f.ticks == 1
 	f.mu.Unlock()
-	cctx, cancel := context.WithTimeout(ctx, f.callTimeout())
-	members, err := f.cfg.Leaser.ShardMembers(cctx, ShardMembersParams{Member: f.cfg.ID, TTL: f.cfg.LeaseTTL})
+	// The leases first, each call with its own deadline: a slow or failed
+	// heartbeat must not keep the leases from being renewed (every
+	// processor stops when they are not for half of LeaseTTL).
 	var renewed []ShardLease
 	var renewErr error
-	if held := f.heldNames(); err == nil && len(held) > 0 {
-		renewed, renewErr = f.cfg.Leaser.ShardRenew(cctx, ShardRenewParams{Member: f.cfg.ID, Shards: held, TTL: f.cfg.LeaseTTL})
+	if held := f.heldNames(); len(held) > 0 {
+		rctx, cancel := context.WithTimeout(ctx, f.callTimeout())
+		renewed, renewErr = f.cfg.Leaser.ShardRenew(rctx, ShardRenewParams{Member: f.cfg.ID, Shards: held, TTL: f.cfg.LeaseTTL})
+		cancel()
 	}
-	cancel()
 	if ctx.Err() != nil {
 		return time.Time{}
 	}
 	f.mu.Lock()
-	f.leaseErr = cmp.Or(err, renewErr)
-	if f.leaseErr != nil {
-		f.log.Warn("the shard leaser failed", "err", f.leaseErr)
-	}
-	if err == nil && renewErr == nil {
-		f.members = members
+	if renewErr == nil {
 		got := map[string]bool{}
 		for _, l := range renewed {
 			got[l.Shard] = true
@@ -404,6 +413,21 @@ func (f *Fleet) renew(ctx context.Context) (nextExpiry time.Time) {
 		if !sh.stopping && time.Since(sh.renewedAt) > f.cfg.LeaseTTL/2 {
 			f.stopLocked(sh, "its lease could not be renewed for half of LeaseTTL")
 		}
+	}
+	f.mu.Unlock()
+	mctx, cancel := context.WithTimeout(ctx, f.callTimeout())
+	members, err := f.cfg.Leaser.ShardMembers(mctx, ShardMembersParams{Member: f.cfg.ID, TTL: f.cfg.LeaseTTL})
+	cancel()
+	if ctx.Err() != nil {
+		return time.Time{}
+	}
+	f.mu.Lock()
+	f.leaseErr = cmp.Or(renewErr, err)
+	if f.leaseErr != nil {
+		f.log.Warn("the shard leaser failed", "err", f.leaseErr)
+	}
+	if err == nil {
+		f.members = members
 	}
 	listDue := f.listed.IsZero() || start.Sub(f.listed) >= f.cfg.RefreshInterval
 	f.mu.Unlock()
@@ -667,16 +691,61 @@ func (f *Fleet) serve(ctx context.Context, sh *fleetShard, turn int) {
 		t.Stop()
 		backoff = min(backoff*2, 30*time.Second)
 	}
-	rctx, cancel := context.WithTimeout(context.Background(), f.callTimeout())
-	if err := f.cfg.Leaser.ShardRelease(rctx, ShardReleaseParams{Member: f.cfg.ID, Shards: []string{sh.name}}); err != nil {
+	if err := f.release(sh.name); err != nil {
 		f.log.Warn("releasing a database's lease failed; it expires on its own", "database", sh.name, "err", err)
 	}
-	cancel()
 	f.mu.Lock()
 	if f.shards[sh.name] == sh {
 		delete(f.shards, sh.name)
 	}
 	f.mu.Unlock()
+}
+
+// release releases the lease of database name once its processor
+// stopped. The releases of databases stopped together (a hand-over, a lease
+// renewal that failed, shutdown) go in one ShardRelease call, one call at a
+// time: a call per database, dozens at once, would queue the renewals
+// behind them on the coordination store's connections.
+func (f *Fleet) release(name string) error {
+	done := make(chan error, 1)
+	f.relMu.Lock()
+	f.relPending = append(f.relPending, pendingRelease{name, done})
+	if !f.releasing {
+		f.releasing = true
+		go f.releaseLoop()
+	}
+	f.relMu.Unlock()
+	return <-done
+}
+
+// releaseLoop releases what is pending, in batches, until nothing is.
+func (f *Fleet) releaseLoop() {
+	for {
+		f.relMu.Lock()
+		batch := f.relPending
+		f.relPending = nil
+		if len(batch) == 0 {
+			f.releasing = false
+			f.relMu.Unlock()
+			return
+		}
+		f.relMu.Unlock()
+		names := make([]string, len(batch))
+		for i, r := range batch {
+			names[i] = r.name
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), f.callTimeout())
+		err := f.cfg.Leaser.ShardRelease(ctx, ShardReleaseParams{Member: f.cfg.ID, Shards: names})
+		cancel()
+		for _, r := range batch {
+			r.done <- err
+		}
+	}
+}
+
+type pendingRelease struct {
+	name string
+	done chan<- error
 }
 
 func (f *Fleet) serveOnce(ctx context.Context, sh *fleetShard, turn int) error {
@@ -697,7 +766,7 @@ func (f *Fleet) serveOnce(ctx context.Context, sh *fleetShard, turn int) error {
 	}
 	started, settled := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	fs := &fleetStore{Store: ss.Store, budget: f.budget, calls: &sh.calls, settled: settled, claimed: func() {
+	fs := &fleetStore{Store: ss.Store, budget: f.budget, recoveries: f.recoveries, calls: &sh.calls, settled: settled, claimed: func() {
 		once.Do(func() { close(started); f.endTurn(sh, turn) })
 	}}
 	sctx, cancel := context.WithCancel(ctx)
@@ -737,15 +806,17 @@ func (f *Fleet) queueLocked(sh *fleetShard) (turn int) {
 }
 
 // awaitTurn waits for sh's turn to start; it returns false when ctx ended
-// first. A turn lasts at most LeaseTTL/4: a database whose start hangs (an
-// unreachable server) does not hold the others back.
+// first. A turn lasts at most LeaseTTL: a database whose start hangs (an
+// unreachable server) does not hold the others back for longer. (A
+// shorter bound let a busy machine's slow starts, a second or more each,
+// all start at once again.)
 func (f *Fleet) awaitTurn(ctx context.Context, sh *fleetShard, turn int) bool {
 	f.mu.Lock()
 	ch := sh.turn
 	f.mu.Unlock()
 	select {
 	case <-ch:
-		time.AfterFunc(f.cfg.LeaseTTL/4, func() { f.endTurn(sh, turn) })
+		time.AfterFunc(f.cfg.LeaseTTL, func() { f.endTurn(sh, turn) })
 		return true
 	case <-ctx.Done():
 		f.endTurn(sh, turn)
@@ -939,7 +1010,10 @@ func (f *Fleet) Backlogs(ctx context.Context) []ShardBacklog {
 type fleetStore struct {
 	Store
 	budget chan struct{}
-	calls  *atomic.Int64
+	// recoveries bounds the lease recoveries in budget (see
+	// MessageRecover).
+	recoveries chan struct{}
+	calls      *atomic.Int64
 	// settled is closed once the processor's first claim returned
 	// (claimed is called then) and no other database is starting (see
 	// Fleet.settle): lease recovery and wake-ups wait for it.
@@ -980,13 +1054,22 @@ func (s *fleetStore) MessageFinish(ctx context.Context, p MessageFinishParams) (
 }
 
 // MessageRecover takes a budget slot for the store's MessageRecover, once
-// settled.
+// settled. Recoveries, which every database runs every RecoveryInterval
+// whether it has work or not, take at most a quarter of the budget: when
+// the servers are slow to answer, the claims and outcomes that publish
+// must not wait behind them.
 func (s *fleetStore) MessageRecover(ctx context.Context, p MessageRecoverParams) (RecoverResult, error) {
 	select {
 	case <-s.settled:
 	case <-ctx.Done():
 		return RecoverResult{}, ctx.Err()
 	}
+	select {
+	case s.recoveries <- struct{}{}:
+	case <-ctx.Done():
+		return RecoverResult{}, ctx.Err()
+	}
+	defer func() { <-s.recoveries }()
 	if err := s.enter(ctx); err != nil {
 		return RecoverResult{}, err
 	}
