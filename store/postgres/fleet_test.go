@@ -178,21 +178,14 @@ func waitShares(t *testing.T, what string, timeout time.Duration, fleets []*outb
 	}
 }
 
-// TestFleet runs fleets over 8 outboxes (schemas standing in for databases)
-// while messages are enqueued into each: a second instance takes half,
-// an instance that leaves hands its share back at once, and the shares of
-// an instance cut off from the coordination database move once its
-// leases expire, it having stopped its processors before. Nothing is lost,
-// FIFO holds per group, and each database's leases never overlap.
-func TestFleet(t *testing.T) {
-	t.Parallel()
-	pg := testbackend.Postgres(t, 8)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	leaser := migratedLeaser(ctx, t, pg.Pool, pg.Name)
+// fleetDatabases makes n migrated outboxes in schemas of pg standing in
+// for a fleet's databases, dropped when t ends, and returns their names
+// and outboxes.
+func fleetDatabases(ctx context.Context, t *testing.T, pg testbackend.PostgresSchema, n int) ([]string, map[string]*outbox.Outbox[pgx.Tx]) {
+	t.Helper()
 	var dbs []string
 	outboxes := map[string]*outbox.Outbox[pgx.Tx]{}
-	for i := range 8 {
+	for i := range n {
 		name := fmt.Sprintf("%s_db%d", pg.Name, i)
 		s, err := postgres.New(pg.Pool, postgres.Options{Schema: name})
 		if err != nil {
@@ -212,6 +205,22 @@ func TestFleet(t *testing.T) {
 		dbs = append(dbs, name)
 		outboxes[name] = outbox.New[pgx.Tx](s, outbox.Options{})
 	}
+	return dbs, outboxes
+}
+
+// TestFleet runs fleets over 8 outboxes (schemas standing in for databases)
+// while messages are enqueued into each: a second instance takes half,
+// an instance that leaves hands its share back at once, and the shares of
+// an instance cut off from the coordination database move once its
+// leases expire, it having stopped its processors before. Nothing is lost,
+// FIFO holds per group, and each database's leases never overlap.
+func TestFleet(t *testing.T) {
+	t.Parallel()
+	pg := testbackend.Postgres(t, 8)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	leaser := migratedLeaser(ctx, t, pg.Pool, pg.Name)
+	dbs, outboxes := fleetDatabases(ctx, t, pg, 8)
 
 	log := &fleetLog{}
 	type instance struct {
@@ -553,21 +562,11 @@ func TestFleetStartsInTurn(t *testing.T) {
 	defer cancel()
 	leaser := migratedLeaser(ctx, t, pg.Pool, pg.Name)
 	const n = 10
-	var dbs []string
-	for i := range n {
-		name := fmt.Sprintf("%s_db%d", pg.Name, i)
-		s, err := postgres.New(pg.Pool, postgres.Options{Schema: name})
-		if err != nil {
+	dbs, outboxes := fleetDatabases(ctx, t, pg, n)
+	for _, db := range dbs {
+		if _, err := outboxes[db].Enqueue(ctx, msg("t", "g", 0), msg("t", "g", 1)); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _, _ = pg.Pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+name+" CASCADE") })
-		if _, err := outbox.New[pgx.Tx](s, outbox.Options{}).Enqueue(ctx, msg("t", "g", 0), msg("t", "g", 1)); err != nil {
-			t.Fatal(err)
-		}
-		dbs = append(dbs, name)
 	}
 
 	// A member that died held every database; its leases expire one after
