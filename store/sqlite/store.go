@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -22,10 +23,14 @@ import (
 // DefaultTablePrefix is the prefix of the store's tables when
 // Options.TablePrefix is empty: outbox_messages, outbox_attempts and
 // outbox_schema_version.
-const DefaultTablePrefix = sqlstore.DefaultTablePrefix
+const DefaultTablePrefix = "outbox_"
 
-// DefaultClaimPerGroup is the default of Options.ClaimPerGroup.
-const DefaultClaimPerGroup = sqlstore.DefaultClaimPerGroup
+// DefaultClaimPerGroup is the default of Options.ClaimPerGroup. It is 10,
+// where store/postgres's is 100: on this store a run of 100 was not
+// measurably faster in a drain (see the CHANGELOG), while a short run
+// spreads a claim over more groups and leaves fewer messages to release
+// when a failure blocks a group.
+const DefaultClaimPerGroup = 10
 
 // DefaultBusyTimeout is how long Open's connections wait for SQLite's write
 // lock before failing with SQLITE_BUSY.
@@ -228,7 +233,8 @@ func New(db *sql.DB, opts Options) (*Store, error) { return newStore(db, opts, n
 // InTx's IMMEDIATE transactions, and means the store owns both.
 func newStore(db *sql.DB, opts Options, txdb *sql.DB) (*Store, error) {
 	env, err := sqlstore.Options{
-		TablePrefix: opts.TablePrefix, ClaimPerGroup: opts.ClaimPerGroup, Clock: opts.Clock, Logger: opts.Logger,
+		TablePrefix: cmp.Or(opts.TablePrefix, DefaultTablePrefix), ClaimPerGroup: cmp.Or(opts.ClaimPerGroup, DefaultClaimPerGroup),
+		Clock: opts.Clock, Logger: opts.Logger,
 	}.Env(syntax)
 	if err != nil {
 		return nil, err
