@@ -49,6 +49,8 @@ type logClaimer struct {
 	markSeen int64     // the last mark read
 	dueFrom  time.Time // messages due after this (less logDueMargin) are found by time
 	backstop time.Time // when the next backstop runs
+	// ulow is where the backstop's scan of unordered messages starts.
+	ulow int64
 	// fair is the tenant after which the next claim's fair share looks.
 	fair string
 	// run is the mean run (messages per group) of this store's recent
@@ -58,6 +60,7 @@ type logClaimer struct {
 	// recoverFrom is where lease recovery looks from (the last cutoff, less
 	// logRecoverMargin).
 	recoverFrom time.Time
+	recoverAll  time.Time // when recovery last looked from the start
 }
 
 // reset makes the next claim run the backstop (after an operator action
@@ -172,18 +175,27 @@ SELECT NULL::text, NULL::text, NULL::text, NULL::bigint,
 UNION ALL
 SELECT tenant, topic, grp, part, NULL, NULL, NULL FROM l`
 
-// logBackstop is the first waiting message of every registered group and
-// of the unordered messages after $1, one probe per group: what the
-// windows may have passed (a transaction that drew its sequence number
-// before the floor moved past it and committed after). Its cost follows the
-// number of groups, not the log's length.
-const logBackstop = `SELECT least(
+// logBackstop is the first waiting message of every registered group, one
+// probe per group, and the first unordered message after $1 without a
+// done mark, and the log's last seq: what the windows may have passed (a
+// transaction that drew its sequence number before the floor moved past
+// it and committed after). Its cost follows the number of groups and the
+// unordered messages since $1, not the log's length.
+const logBackstop = `SELECT
 	(SELECT min(h.seq) FROM (SELECT tenant, topic, grp, 0::bigint AS part FROM {G}) g
 		LEFT JOIN LATERAL (` + logLatest + `) k ON true
 		CROSS JOIN LATERAL (` + logHead + `) h),
 	(SELECT min(u.seq) FROM {T} u WHERE u.grp = '' AND u.status = 'PENDING' AND u.claimed_by IS NULL AND u.seq > $1
 		AND NOT EXISTS (SELECT 1 FROM {K} k WHERE k.tenant = u.tenant AND k.topic = u.topic AND k.grp = ''
-			AND k.part = u.seq)))`
+			AND k.part = u.seq AND k.kind = 'done')),
+	(SELECT max(seq) FROM {T})`
+
+// logUnorderedLookback is how far behind the log's end the backstop's
+// scan of unordered messages starts when it found none waiting: a
+// transaction whose unordered message commits after this many later
+// messages were enqueued is found by the log window's margin only if it
+// is within it.
+const logUnorderedLookback = 100_000
 
 // logTake leases the locked groups' next runs (at most $3 each, $9 in all) to owner
 // $2 under token $4 at $1, after reading their marks again (the locks were
@@ -260,19 +272,33 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	c.mu.Unlock()
 	if backstop {
 		began := time.Now()
-		var floor *int64
+		var gmin, umin, last *int64
+		c.mu.Lock()
+		ulow := c.ulow
+		c.mu.Unlock()
 		if err := s.logTx(ctx, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, s.lsql.logBackstop, int64(0)).Scan(&floor)
+			return tx.QueryRow(ctx, s.lsql.logBackstop, ulow).Scan(&gmin, &umin, &last)
 		}); err != nil {
 			return nil, wrapErr("claim", err)
 		}
 		took := time.Since(began)
 		c.mu.Lock()
-		if floor != nil {
-			c.floor = *floor - 1
+		switch {
+		case gmin != nil && umin != nil:
+			c.floor = min(*gmin, *umin) - 1
+		case gmin != nil:
+			c.floor = *gmin - 1
+		case umin != nil:
+			c.floor = *umin - 1
 		}
-		c.markSeen = 0
-		c.dueFrom = time.Time{}
+		switch {
+		case umin != nil:
+			c.ulow = *umin - 1
+		case last != nil:
+			c.ulow = max(c.ulow, *last-logUnorderedLookback)
+		}
+		// The marks and due windows go on where they were: reading them
+		// from the start would cost every mark and retry ever written.
 		c.backstop = time.Now().Add(min(max(20*took, logBackstopMin), logBackstopMax))
 		c.mu.Unlock()
 	}

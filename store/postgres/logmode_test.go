@@ -72,14 +72,23 @@ func TestLogModeClaimKeepsItsLimit(t *testing.T) {
 
 // A message whose transaction drew its sequence number before the claims'
 // windows passed it, and committed after, is claimed all the same (the
-// backstop probes every registered group).
+// backstop probes every registered group, and the unordered messages
+// without a done mark).
 func TestLogModeLateCommitIsClaimed(t *testing.T) {
-	t.Parallel()
+	for _, group := range []string{"late", ""} {
+		t.Run(fmt.Sprintf("group=%q", group), func(t *testing.T) {
+			t.Parallel()
+			testLateCommit(t, group)
+		})
+	}
+}
+
+func testLateCommit(t *testing.T, group string) {
 	s, ob := newLogStore(t)
 	ctx := context.Background()
 	// The late one: its seq is drawn now, its commit comes last.
 	err := s.InTx(ctx, func(tx pgx.Tx) error {
-		if _, err := ob.EnqueueTx(ctx, tx, msg("t", "late", 0)); err != nil {
+		if _, err := ob.EnqueueTx(ctx, tx, msg("t", group, -1)); err != nil {
 			return err
 		}
 		// Thousands of later messages are committed, claimed and sent
@@ -120,7 +129,7 @@ func TestLogModeLateCommitIsClaimed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got) == 1 && got[0].Group == "late" {
+		if len(got) == 1 && payloadN(t, got[0]) == -1 {
 			return
 		}
 		if len(got) > 0 {

@@ -14,6 +14,9 @@ import (
 // time, which may commit a little after a recovery passed it.
 const logRecoverMargin = time.Minute
 
+// logRecoverAll is how often recovery looks at every lease mark.
+const logRecoverAll = 10 * time.Minute
+
 // logExpired locks the groups whose lease marks from $2 to before $1 may
 // be expired (blocking, in key order, namespace $3).
 const logExpired = `WITH c AS MATERIALIZED (
@@ -73,6 +76,13 @@ SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status
 func (s *Store) logRecoverLeases(ctx context.Context, before, now time.Time, maxRecoveries int, def bool, block, cont []string) (outbox.RecoverResult, error) {
 	s.logc.mu.Lock()
 	from := s.logc.recoverFrom
+	if time.Since(s.logc.recoverAll) > logRecoverAll {
+		// Now and then from the start: a lease written at a time more
+		// than logRecoverMargin before the last cutoff (a processor's
+		// clock far behind) is recovered all the same.
+		from = time.Time{}
+		s.logc.recoverAll = time.Now()
+	}
 	s.logc.mu.Unlock()
 	var res outbox.RecoverResult
 	err := s.logTx(ctx, func(tx pgx.Tx) error {
