@@ -38,11 +38,12 @@ import (
 //     are starting, those whose previous lease expired first before the
 //     others; its processor's lease recovery and wake-ups (a LISTEN
 //     connection on PostgreSQL) begin once its first claim returned and no
-//     other database is waiting to start or starting. The many databases
-//     of an instance that died thus start a batch at a time on the
-//     instance that takes them (at the moment their leases expire, not at
-//     its next renewal), each publishing again as soon as its own start is
-//     done, instead of all at once, each waiting behind all the others.
+//     other database is waiting to start or starting (or LeaseTTL later at
+//     the latest). The many databases of an instance that died thus start
+//     a batch at a time on the instance that takes them (at the moment
+//     their leases expire, not at its next renewal), each publishing again
+//     as soon as its own start is done, instead of all at once, each
+//     waiting behind all the others.
 //   - Wake-ups per database: each processor uses its store's Waker (LISTEN
 //     on PostgreSQL) as a single Processor would.
 //   - Health and progress per database: Status.
@@ -135,8 +136,9 @@ type FleetConfig struct {
 	// claim. The others wait their turn, holding their leases, those whose
 	// previous lease expired first (they went unserved longest) before the
 	// others. A database's lease recovery and wake-ups begin once its first
-	// claim returned and no database is waiting to start or starting (its
-	// processor polls until then). When many databases start at once (an
+	// claim returned and no database is waiting to start or starting, or
+	// LeaseTTL after its first claim at the latest (its processor polls
+	// until then). When many databases start at once (an
 	// instance died and this one takes its share), each start then costs
 	// its own few store calls instead of waiting behind every other
 	// database's, and the starts do not compete with the recoveries and
@@ -865,8 +867,12 @@ func (f *Fleet) admitLocked() {
 
 // settle closes settled once started is closed (the database's first
 // claim returned) and no database of this instance is waiting to start or
-// starting: then its lease recovery and wake-ups begin, and no longer
-// compete with the starts for the fleet's store calls and the servers.
+// starting, or LeaseTTL after its first claim at the latest: then its
+// lease recovery and wake-ups begin. Until then they would compete with
+// the starts for the fleet's store calls and the servers; after, the
+// database's recovery must not wait for an instance that keeps taking
+// databases (a chaos run on an overloaded machine, where the starts never
+// stopped: most databases went minutes without recovery).
 func (f *Fleet) settle(ctx context.Context, started <-chan struct{}, settled chan<- struct{}) {
 	select {
 	case <-started:
@@ -876,11 +882,15 @@ func (f *Fleet) settle(ctx context.Context, started <-chan struct{}, settled cha
 	f.mu.Lock()
 	calm := f.calm
 	f.mu.Unlock()
+	t := time.NewTimer(f.cfg.LeaseTTL)
+	defer t.Stop()
 	select {
 	case <-calm:
-		close(settled)
+	case <-t.C:
 	case <-ctx.Done():
+		return
 	}
+	close(settled)
 }
 
 // Status returns this instance's view of the fleet and the state of every
