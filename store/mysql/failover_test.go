@@ -472,21 +472,11 @@ func mariadbFailover(t *testing.T, bins mariadbTools, root, template string, sem
 	// hanging, and rejectReadOnly so a connection that lands on a server
 	// still read-only is dropped from the pool.
 	dsn := "root@tcp(" + proxy.addr() + ")/outbox?timeout=2s&readTimeout=10s&writeTimeout=10s&rejectReadOnly=true"
-	cfg, err := gomysql.ParseDSN(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The driver logs each connection it finds cut: counted, not printed.
 	driverLogs := &countingLogger{}
-	cfg.Logger = driverLogs
-	connector, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(connector)
+	db := openDSN(t, dsn, func(cfg *gomysql.Config) { cfg.Logger = driverLogs })
 	db.SetMaxOpenConns(16)
 	db.SetMaxIdleConns(16)
-	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	store, err := mysql.New(db, mysql.Options{})

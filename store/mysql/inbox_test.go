@@ -2,7 +2,6 @@ package mysql_test
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 	"time"
 
@@ -20,17 +19,7 @@ func TestInboxClientFoundRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := testbackend.MySQL(t, 4)
-	cfg, err := gomysql.ParseDSN(d.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ClientFoundRows = true
-	conn, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	defer db.Close()
+	db := openDSN(t, d.DSN, func(cfg *gomysql.Config) { cfg.ClientFoundRows = true })
 	plain, _ := mysql.New(d.DB, mysql.Options{})
 	found, _ := mysql.New(db, mysql.Options{})
 	if err := plain.Migrate(ctx); err != nil {

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"testing"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
 	"github.com/outboxkit/outboxkit/internal/testbackend"
 	"github.com/outboxkit/outboxkit/outbox/outboxtest/storetest"
 	"github.com/outboxkit/outboxkit/store/mysql"
@@ -30,20 +32,7 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness[*sql.Tx]{
 		NewBackend: func(t *testing.T) storetest.Backend[*sql.Tx] {
 			st, _ := newStore(t, mysql.Options{})
-			return storetest.Backend[*sql.Tx]{
-				Store:    st,
-				Enqueuer: st,
-				Inbox:    st,
-				Begin: func(ctx context.Context) (*sql.Tx, error) {
-					return st.DB().BeginTx(ctx, nil)
-				},
-				Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
-				Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
-				Usable: func(ctx context.Context, tx *sql.Tx) error {
-					var one int
-					return tx.QueryRowContext(ctx, "SELECT 1").Scan(&one)
-				},
-			}
+			return storetest.SQLBackend(st)
 		},
 		Features: storetest.Features{ConcurrentWriters: true, ProcessorMessages: processorMessages()},
 	})
@@ -55,4 +44,22 @@ func processorMessages() int {
 		return 1_000
 	}
 	return 2_000
+}
+
+// openDSN opens a database by dsn with the driver's configuration changed
+// by edit; the test closes it.
+func openDSN(t testing.TB, dsn string, edit func(cfg *gomysql.Config)) *sql.DB {
+	t.Helper()
+	cfg, err := gomysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(cfg)
+	conn, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
 }

@@ -203,20 +203,12 @@ func TestDSNTimeSettings(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := testbackend.MySQL(t, 4)
-	cfg, err := gomysql.ParseDSN(d.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ParseTime = true
-	cfg.Loc = time.FixedZone("UTC+5", 5*3600)
-	cfg.Params = map[string]string{"time_zone": "'-07:00'"}
-	cfg.ClientFoundRows = true
-	conn, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	defer db.Close()
+	db := openDSN(t, d.DSN, func(cfg *gomysql.Config) {
+		cfg.ParseTime = true
+		cfg.Loc = time.FixedZone("UTC+5", 5*3600)
+		cfg.Params = map[string]string{"time_zone": "'-07:00'"}
+		cfg.ClientFoundRows = true
+	})
 	plain, _ := mysql.New(d.DB, mysql.Options{})
 	parsed, _ := mysql.New(db, mysql.Options{})
 	if err := plain.Migrate(ctx); err != nil {

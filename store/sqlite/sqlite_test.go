@@ -30,20 +30,7 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness[*sql.Tx]{
 		NewBackend: func(t *testing.T) storetest.Backend[*sql.Tx] {
 			st := newStore(t, sqlite.Options{})
-			return storetest.Backend[*sql.Tx]{
-				Store:    st,
-				Enqueuer: st,
-				Inbox:    st,
-				Begin: func(ctx context.Context) (*sql.Tx, error) {
-					return st.DB().BeginTx(ctx, nil)
-				},
-				Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
-				Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
-				Usable: func(ctx context.Context, tx *sql.Tx) error {
-					var one int
-					return tx.QueryRowContext(ctx, "SELECT 1").Scan(&one)
-				},
-			}
+			return storetest.SQLBackend(st)
 		},
 		Features: storetest.Features{ConcurrentWriters: false, ProcessorMessages: processorMessages()},
 	})
