@@ -49,8 +49,8 @@ const (
 // seconds and starts it again. Nothing may be lost, FIFO must hold per
 // group, and in each database the publications of one lease epoch must all
 // come before those of the next (one instance at a time). It prints its
-// figures (idle cost, p50/p99 latency, resume time after a kill) and
-// asserts no timing.
+// figures (idle cost, p50/p99 latency, resume time after a kill, and what
+// each resume is made of, from the processes' logs) and asserts no timing.
 //
 // It runs when OUTBOXKIT_FLEET_CHAOS_TEST=1 (about 2 minutes);
 // OUTBOXKIT_FLEET_DATABASES changes the number of databases (50; the
