@@ -229,6 +229,12 @@ func (s *Store) PauseRemove(ctx context.Context, p outbox.PauseRemoveParams) (bo
 	if err != nil {
 		return false, wrapErr("resume", err)
 	}
+	if s.logMode {
+		// The paused groups' messages may be behind this store's windows:
+		// the next claims look from the start. (Other stores find them
+		// with their next backstop.)
+		s.logc.reset()
+	}
 	return tag.RowsAffected() > 0, nil
 }
 

@@ -44,32 +44,74 @@ const (
 
 // logClaimer is where this store's claims look next.
 type logClaimer struct {
-	mu       sync.Mutex
-	floor    int64     // the log window starts after floor - logMargin
-	markSeen int64     // the last mark read
-	dueFrom  time.Time // messages due after this (less logDueMargin) are found by time
-	backstop time.Time // when the next backstop runs
-	// ulow is where the backstop's scan of unordered messages starts.
-	ulow int64
-	// fair is the tenant after which the next claim's fair share looks.
-	fair string
-	// run is the mean run (messages per group) of this store's recent
-	// claims, 0 before the first: a claim reads about twice the groups it
-	// needs at that size, not every group in its windows.
-	run float64
+	mu sync.Mutex
+	// claims holds where the claims of each topic set look next: a claim
+	// of some topics reads only theirs, so its floor says nothing of the
+	// others'.
+	claims map[string]*logClaimState
 	// recoverFrom is where lease recovery looks from (the last cutoff, less
 	// logRecoverMargin).
 	recoverFrom time.Time
 	recoverAll  time.Time // when recovery last looked from the start
 }
 
-// reset makes the next claim run the backstop (after an operator action
+// logClaimState is where the claims of one topic set look next.
+type logClaimState struct {
+	mu       sync.Mutex
+	floor    int64     // the log window starts after floor - logMargin
+	markSeen int64     // the last mark read
+	dueFrom  time.Time // messages due after this (less logDueMargin) are found by time
+	backstop time.Time // when the next backstop runs
+	// xmin is the snapshot xmin (an xid8) of the claim that read up to
+	// floor and markSeen (see logNewSince).
+	xmin int64
+	// ulow is where the backstop's scan of unordered messages starts.
+	ulow int64
+	// fair is the tenant after which the next claim's fair share looks.
+	fair string
+	// run is the mean run (messages per group) of recent claims, 0 before
+	// the first: a claim reads about twice the groups it needs at that
+	// size, not every group in its windows.
+	run float64
+}
+
+// state returns the claim state of the topic set key.
+func (c *logClaimer) state(key string) *logClaimState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, ok := c.claims[key]
+	if !ok {
+		if c.claims == nil {
+			c.claims = map[string]*logClaimState{}
+		}
+		st = &logClaimState{}
+		c.claims[key] = st
+	}
+	return st
+}
+
+// reset makes the next claims run the backstop (after an operator action
 // that frees groups without a mark, such as removing a pause).
 func (c *logClaimer) reset() {
 	c.mu.Lock()
-	c.backstop = time.Time{}
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	for _, st := range c.claims {
+		st.mu.Lock()
+		st.backstop = time.Time{}
+		st.mu.Unlock()
+	}
 }
+
+// logNewSince is whether a row (of the log or the marks) was written by a
+// transaction that had not committed when the store's previous claim took
+// its snapshot, whose xmin (epoch and all) is $12: only such rows of the
+// windows' margins can be new to this store (a transaction that drew its
+// sequence number before the floor passed it and committed after). The
+// margins' other rows were read by an earlier claim, so their groups are
+// not looked up again. xids are compared by age: a frozen row is old; a
+// wraparound makes new rows look old for one comparison, and the backstop
+// finds what that misses. $12 = 0: no previous claim.
+const logNewSince = `($12 = 0 OR age(xmin) <= age(($12 % 4294967296)::text::xid))`
 
 // logLatest is the latest mark of the group g (tenant, topic, grp, part), as
 // a LATERAL subquery: one backward descent of the marks index.
@@ -112,11 +154,12 @@ var logCandidates = `WITH RECURSIVE tn AS (
 	SELECT tenant, topic, grp, part, min(seq) AS first, max(seq) AS last, count(*) AS n FROM (
 		SELECT seq, tenant, topic, grp, CASE WHEN grp = '' THEN seq ELSE 0 END AS part
 		FROM {T} WHERE seq > $5 AND status = 'PENDING' AND claimed_by IS NULL AND ($8::text[] IS NULL OR topic = ANY($8::text[]))
+			AND (seq > $13 OR ` + logNewSince + `)
 		ORDER BY seq LIMIT $4) x
 	GROUP BY tenant, topic, grp, part
 ), rm AS MATERIALIZED (
 	SELECT tenant, topic, grp, part, max(mseq) AS mseq FROM {K}
-	WHERE mseq > $6 AND kind = 'done'
+	WHERE mseq > $6 AND kind = 'done' AND (mseq > $14 OR ` + logNewSince + `)
 	GROUP BY tenant, topic, grp, part
 ), due AS MATERIALIZED (
 	SELECT DISTINCT tenant, topic, grp, CASE WHEN grp = '' THEN seq ELSE 0 END AS part FROM {T}
@@ -171,9 +214,10 @@ SELECT NULL::text, NULL::text, NULL::text, NULL::bigint,
 		CASE WHEN (SELECT count(*) FROM e) >= $10 THEN (SELECT max(first) FROM e) ELSE (SELECT max(last) FROM w0) END),
 		$5),
 	(SELECT max(mseq) FROM rm),
-	CASE WHEN (SELECT count(*) FROM tl) = 8 THEN (SELECT max(tenant) FROM tl) ELSE '' END
+	CASE WHEN (SELECT count(*) FROM tl) = 8 THEN (SELECT max(tenant) FROM tl) ELSE '' END,
+	pg_snapshot_xmin(pg_current_snapshot())::text::bigint
 UNION ALL
-SELECT tenant, topic, grp, part, NULL, NULL, NULL FROM l`
+SELECT tenant, topic, grp, part, NULL, NULL, NULL, NULL FROM l`
 
 // logBackstop is the first waiting message of every registered group, one
 // probe per group, and the first unordered message after $1 without a
@@ -266,7 +310,7 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	if len(p.Topics) > 0 {
 		topics = texts(p.Topics)
 	}
-	c := &s.logc
+	c := s.logc.state(strings.Join(topics, "\x00"))
 	c.mu.Lock()
 	backstop := time.Now().After(c.backstop)
 	c.mu.Unlock()
@@ -304,6 +348,7 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	}
 	c.mu.Lock()
 	from, markSeen, dueFrom := max(c.floor-logMargin, 0), max(c.markSeen-logMargin, 0), c.dueFrom.Add(-logDueMargin)
+	floor, markTop, xmin := c.floor, c.markSeen, c.xmin
 	fairFrom := c.fair
 	groupsCap := 2 * p.Limit
 	if c.run > 1 {
@@ -319,9 +364,11 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	var msgs []outbox.Message
 	var nextFloor, lastMark *int64
 	var nextFair *string
+	var snapXmin *int64
 	var groups int
 	err := s.logTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, s.lsql.logCandidates, now, p.Limit, run, logWindow, from, markSeen, dueFrom, topics, s.groupNS+logClaimLockKey, groupsCap, fairFrom)
+		rows, err := tx.Query(ctx, s.lsql.logCandidates, now, p.Limit, run, logWindow, from, markSeen, dueFrom, topics,
+			s.groupNS+logClaimLockKey, groupsCap, fairFrom, xmin, floor, markTop)
 		if err != nil {
 			return err
 		}
@@ -329,13 +376,13 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 		var parts []int64
 		for rows.Next() {
 			var t, tp, g, ft *string
-			var part, f, mk *int64
-			if err := rows.Scan(&t, &tp, &g, &part, &f, &mk, &ft); err != nil {
+			var part, f, mk, xm *int64
+			if err := rows.Scan(&t, &tp, &g, &part, &f, &mk, &ft, &xm); err != nil {
 				rows.Close()
 				return err
 			}
 			if g == nil {
-				nextFloor, lastMark, nextFair = f, mk, ft
+				nextFloor, lastMark, nextFair, snapXmin = f, mk, ft, xm
 				continue
 			}
 			ts, ps, gs, parts = append(ts, *t), append(ps, *tp), append(gs, *g), append(parts, *part)
@@ -373,14 +420,17 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 		}
 		c.run = 0.8*c.run + 0.2*r
 	}
-	if nextFloor != nil && *nextFloor > c.floor {
-		c.floor = *nextFloor
+	// The floor, the last mark read and the snapshot they were read in
+	// are one state (see logNewSince): each claim's is valid, so the last
+	// claim's is kept, even behind a concurrent claim's (that reads more).
+	if nextFloor != nil && snapXmin != nil {
+		c.floor, c.xmin = *nextFloor, *snapXmin
+		if lastMark != nil {
+			c.markSeen = max(*lastMark, markTop)
+		}
 	}
 	if nextFair != nil {
 		c.fair = *nextFair
-	}
-	if lastMark != nil && *lastMark > c.markSeen {
-		c.markSeen = *lastMark
 	}
 	if now.After(c.dueFrom) {
 		c.dueFrom = now
