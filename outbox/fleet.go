@@ -38,12 +38,12 @@ import (
 //     are starting, those whose previous lease expired first before the
 //     others; its processor's lease recovery and wake-ups (a LISTEN
 //     connection on PostgreSQL) begin once its first claim returned and no
-//     other database is waiting to start or starting (or LeaseTTL later at
-//     the latest). The many databases of an instance that died thus start
-//     a batch at a time on the instance that takes them (at the moment
-//     their leases expire, not at its next renewal), each publishing again
-//     as soon as its own start is done, instead of all at once, each
-//     waiting behind all the others.
+//     other database is waiting to start or starting (or, at the latest,
+//     LeaseTTL later for recovery, 4 x LeaseTTL for wake-ups). The many
+//     databases of an instance that died thus start a batch at a time on
+//     the instance that takes them (at the moment their leases expire, not
+//     at its next renewal), each publishing again as soon as its own start
+//     is done, instead of all at once, each waiting behind all the others.
 //   - Wake-ups per database: each processor uses its store's Waker (LISTEN
 //     on PostgreSQL) as a single Processor would.
 //   - Health and progress per database: Status.
@@ -137,8 +137,8 @@ type FleetConfig struct {
 	// previous lease expired first (they went unserved longest) before the
 	// others. A database's lease recovery and wake-ups begin once its first
 	// claim returned and no database is waiting to start or starting, or
-	// LeaseTTL after its first claim at the latest (its processor polls
-	// until then). When many databases start at once (an
+	// LeaseTTL (recovery) or 4 x LeaseTTL (wake-ups; its processor polls
+	// until then) after its first claim at the latest. When many databases start at once (an
 	// instance died and this one takes its share), each start then costs
 	// its own few store calls instead of waiting behind every other
 	// database's, and the starts do not compete with the recoveries and
@@ -766,14 +766,16 @@ func (f *Fleet) serveOnce(ctx context.Context, sh *fleetShard, turn int) error {
 	if cfg.Logger != nil {
 		cfg.Logger = cfg.Logger.With("database", sh.name)
 	}
-	started, settled := make(chan struct{}), make(chan struct{})
+	started, recoverable, wakeable := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	fs := &fleetStore{Store: ss.Store, budget: f.budget, recoveries: f.recoveries, calls: &sh.calls, settled: settled, claimed: func() {
-		once.Do(func() { close(started); f.endTurn(sh, turn) })
-	}}
+	fs := &fleetStore{Store: ss.Store, budget: f.budget, recoveries: f.recoveries, calls: &sh.calls,
+		recoverable: recoverable, wakeable: wakeable, claimed: func() {
+			once.Do(func() { close(started); f.endTurn(sh, turn) })
+		}}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go f.settle(sctx, started, settled)
+	go f.settle(sctx, started, recoverable, f.cfg.LeaseTTL)
+	go f.settle(sctx, started, wakeable, 4*f.cfg.LeaseTTL)
 	p, err := NewProcessor(fs, f.cfg.Publisher, cfg)
 	if err != nil {
 		return err
@@ -867,13 +869,17 @@ func (f *Fleet) admitLocked() {
 
 // settle closes settled once started is closed (the database's first
 // claim returned) and no database of this instance is waiting to start or
-// starting, or LeaseTTL after its first claim at the latest: then its
-// lease recovery and wake-ups begin. Until then they would compete with
-// the starts for the fleet's store calls and the servers; after, the
-// database's recovery must not wait for an instance that keeps taking
-// databases (a chaos run on an overloaded machine, where the starts never
-// stopped: most databases went minutes without recovery).
-func (f *Fleet) settle(ctx context.Context, started <-chan struct{}, settled chan<- struct{}) {
+// starting, or bound after its first claim at the latest: then the
+// database's lease recovery (bound LeaseTTL) or wake-ups (4 x LeaseTTL)
+// begin. Until then they would compete with the starts for the fleet's
+// store calls and the servers (a listener opens a connection and runs a
+// few statements); after, they must not wait for an instance that keeps
+// taking databases (a chaos run on an overloaded machine, where the
+// starts never stopped: most databases went minutes without recovery).
+// Wake-ups wait longer: without them the processor still polls every
+// PollInterval, and 66 databases starting at once took 10 s on a busy
+// machine, longer when the listeners of the first began after LeaseTTL.
+func (f *Fleet) settle(ctx context.Context, started <-chan struct{}, settled chan<- struct{}, bound time.Duration) {
 	select {
 	case <-started:
 	case <-ctx.Done():
@@ -882,7 +888,7 @@ func (f *Fleet) settle(ctx context.Context, started <-chan struct{}, settled cha
 	f.mu.Lock()
 	calm := f.calm
 	f.mu.Unlock()
-	t := time.NewTimer(f.cfg.LeaseTTL)
+	t := time.NewTimer(bound)
 	defer t.Stop()
 	select {
 	case <-calm:
@@ -1024,11 +1030,12 @@ type fleetStore struct {
 	// MessageRecover).
 	recoveries chan struct{}
 	calls      *atomic.Int64
-	// settled is closed once the processor's first claim returned
-	// (claimed is called then) and no other database is starting (see
-	// Fleet.settle): lease recovery and wake-ups wait for it.
-	settled chan struct{}
-	claimed func()
+	// recoverable and wakeable are closed once the processor's first
+	// claim returned (claimed is called then) and no other database is
+	// starting, or later than that at the latest (see Fleet.settle): lease
+	// recovery and wake-ups wait for them.
+	recoverable, wakeable chan struct{}
+	claimed               func()
 }
 
 func (s *fleetStore) enter(ctx context.Context) error {
@@ -1064,13 +1071,13 @@ func (s *fleetStore) MessageFinish(ctx context.Context, p MessageFinishParams) (
 }
 
 // MessageRecover takes a budget slot for the store's MessageRecover, once
-// settled. Recoveries, which every database runs every RecoveryInterval
+// recoverable. Recoveries, which every database runs every RecoveryInterval
 // whether it has work or not, take at most a quarter of the budget: when
 // the servers are slow to answer, the claims and outcomes that publish
 // must not wait behind them.
 func (s *fleetStore) MessageRecover(ctx context.Context, p MessageRecoverParams) (RecoverResult, error) {
 	select {
-	case <-s.settled:
+	case <-s.recoverable:
 	case <-ctx.Done():
 		return RecoverResult{}, ctx.Err()
 	}
@@ -1111,7 +1118,7 @@ func (s *fleetStore) Ping(ctx context.Context) error {
 	return pg.Ping(ctx)
 }
 
-// Wakeups is the store's Wakeups (Waker), started once settled (the
+// Wakeups is the store's Wakeups (Waker), started once wakeable (the
 // processor polls until then), else a channel that only closes when ctx
 // ends, as a processor without wake-ups polls.
 func (s *fleetStore) Wakeups(ctx context.Context) <-chan struct{} {
@@ -1125,7 +1132,7 @@ func (s *fleetStore) Wakeups(ctx context.Context) <-chan struct{} {
 	go func() {
 		defer close(ch)
 		select {
-		case <-s.settled:
+		case <-s.wakeable:
 		case <-ctx.Done():
 			return
 		}
