@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -180,7 +181,9 @@ var logCandidates = `WITH RECURSIVE tn AS (
 ), w AS MATERIALIZED (
 	SELECT tenant, topic, grp, part, first, last, n FROM w0
 	UNION ALL
-	SELECT o.tenant, o.topic, o.grp, o.part, 0, 0, $3 FROM (
+	-- A run's length is not known here: an unordered message's is 1, a
+	-- group's is taken as the mean run of recent claims ($15).
+	SELECT o.tenant, o.topic, o.grp, o.part, 0, 0, CASE WHEN o.part > 0 THEN 1 ELSE $15 END FROM (
 		SELECT tenant, topic, grp, part FROM rm UNION SELECT tenant, topic, grp, part FROM due
 		UNION SELECT tenant, topic, grp, part FROM fg) o
 	WHERE ($8::text[] IS NULL OR o.topic = ANY($8::text[]))
@@ -350,6 +353,7 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	from, markSeen, dueFrom := max(c.floor-logMargin, 0), max(c.markSeen-logMargin, 0), c.dueFrom.Add(-logDueMargin)
 	floor, markTop, xmin := c.floor, c.markSeen, c.xmin
 	fairFrom := c.fair
+	runGuess := int64(min(max(math.Ceil(c.run), 1), float64(run)))
 	groupsCap := 2 * p.Limit
 	if c.run > 1 {
 		groupsCap = min(max(int(2*float64(p.Limit)/c.run)+16, 16), groupsCap)
@@ -368,7 +372,7 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	var groups int
 	err := s.logTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, s.lsql.logCandidates, now, p.Limit, run, logWindow, from, markSeen, dueFrom, topics,
-			s.groupNS+logClaimLockKey, groupsCap, fairFrom, xmin, floor, markTop)
+			s.groupNS+logClaimLockKey, groupsCap, fairFrom, xmin, floor, markTop, runGuess)
 		if err != nil {
 			return err
 		}
