@@ -26,23 +26,28 @@ func newStore(t *testing.T, async bool) (*postgres.Store, testbackend.PostgresSc
 	return s, pg
 }
 
+// pgxBackend is the conformance suite's backend for s, with pgx
+// transactions of pg's pool.
+func pgxBackend(s *postgres.Store, pg testbackend.PostgresSchema) storetest.Backend[pgx.Tx] {
+	return storetest.Backend[pgx.Tx]{
+		Store:    s,
+		Enqueuer: s,
+		Inbox:    s,
+		Begin:    func(ctx context.Context) (pgx.Tx, error) { return pg.Pool.Begin(ctx) },
+		Commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
+		Rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
+		Usable: func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "SELECT 1")
+			return err
+		},
+	}
+}
+
 // TestConformance runs the store conformance suite with pgx transactions.
 func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness[pgx.Tx]{
 		NewBackend: func(t *testing.T) storetest.Backend[pgx.Tx] {
-			s, pg := newStore(t, false)
-			return storetest.Backend[pgx.Tx]{
-				Store:    s,
-				Enqueuer: s,
-				Inbox:    s,
-				Begin:    func(ctx context.Context) (pgx.Tx, error) { return pg.Pool.Begin(ctx) },
-				Commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
-				Rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
-				Usable: func(ctx context.Context, tx pgx.Tx) error {
-					_, err := tx.Exec(ctx, "SELECT 1")
-					return err
-				},
-			}
+			return pgxBackend(newStore(t, false))
 		},
 		Features: storetest.Features{ConcurrentWriters: true},
 	})

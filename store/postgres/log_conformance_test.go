@@ -1,7 +1,6 @@
 package postgres_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -17,18 +16,7 @@ func TestConformanceLogMode(t *testing.T) {
 		NewBackend: func(t *testing.T) storetest.Backend[pgx.Tx] {
 			s, pg := newStore(t, false)
 			postgres.EnableLogMode(s)
-			return storetest.Backend[pgx.Tx]{
-				Store:    s,
-				Enqueuer: s,
-				Inbox:    s,
-				Begin:    func(ctx context.Context) (pgx.Tx, error) { return pg.Pool.Begin(ctx) },
-				Commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
-				Rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
-				Usable: func(ctx context.Context, tx pgx.Tx) error {
-					_, err := tx.Exec(ctx, "SELECT 1")
-					return err
-				},
-			}
+			return pgxBackend(s, pg)
 		},
 		Features: storetest.Features{ConcurrentWriters: true},
 	})

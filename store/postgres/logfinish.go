@@ -218,22 +218,8 @@ func (s *Store) logFinish(ctx context.Context, p outbox.MessageFinishParams) (ou
 	applied := make(map[string]bool, len(ids))
 	err := s.logTx(ctx, func(tx pgx.Tx) error {
 		clear(applied)
-		var ts, ps, gs []string
-		var parts []int64
-		rows, err := tx.Query(ctx, s.lsql.logLockGroups, ids, s.groupNS+logClaimLockKey)
+		ts, ps, gs, parts, err := logGroups(ctx, tx, s.lsql.logLockGroups, ids, s.groupNS+logClaimLockKey)
 		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var g logGroupKey
-			if err := rows.Scan(&g.tenant, &g.topic, &g.grp, &g.part); err != nil {
-				rows.Close()
-				return err
-			}
-			ts, ps, gs, parts = append(ts, g.tenant), append(ps, g.topic), append(gs, g.grp), append(parts, g.part)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		if len(gs) == 0 {
@@ -256,13 +242,7 @@ func (s *Store) logFinish(ctx context.Context, p outbox.MessageFinishParams) (ou
 	if err != nil {
 		return outbox.FinishResult{}, wrapErr("finish", err)
 	}
-	var res outbox.FinishResult
-	for _, o := range p.Outcomes {
-		if !applied[o.ID] {
-			res.LeaseLost = append(res.LeaseLost, o.ID)
-		}
-	}
-	return res, nil
+	return outbox.FinishResult{LeaseLost: lost(ids, applied)}, nil
 }
 
 // logRuns reads the groups' latest marks and leased runs (logRuns).
@@ -369,4 +349,33 @@ func logFinishRun(w *logWrites, g logGroupKey, r *logRun, byID map[string]outbox
 	default:
 		w.mark(g, "lease", done, r.upto, r.token, r.owner, now)
 	}
+}
+
+// logGroups runs a statement that returns groups (tenant, topic, grp,
+// part) and returns them as the arrays the next statements take.
+func logGroups(ctx context.Context, tx pgx.Tx, stmt string, args ...any) (ts, ps, gs []string, parts []int64, err error) {
+	rows, err := tx.Query(ctx, stmt, args...)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var g logGroupKey
+		if err := rows.Scan(&g.tenant, &g.topic, &g.grp, &g.part); err != nil {
+			return nil, nil, nil, nil, err
+		}
+		ts, ps, gs, parts = append(ts, g.tenant), append(ps, g.topic), append(gs, g.grp), append(parts, g.part)
+	}
+	return ts, ps, gs, parts, rows.Err()
+}
+
+// lost lists the ids not in done, in order.
+func lost(ids []string, done map[string]bool) []string {
+	var out []string
+	for _, id := range ids {
+		if !done[id] {
+			out = append(out, id)
+		}
+	}
+	return out
 }

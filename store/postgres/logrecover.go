@@ -87,22 +87,8 @@ func (s *Store) logRecoverLeases(ctx context.Context, before, now time.Time, max
 	var res outbox.RecoverResult
 	err := s.logTx(ctx, func(tx pgx.Tx) error {
 		res = outbox.RecoverResult{}
-		var ts, ps, gs []string
-		var parts []int64
-		rows, err := tx.Query(ctx, s.lsql.logExpired, before, from, s.groupNS+logClaimLockKey)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var g logGroupKey
-			if err := rows.Scan(&g.tenant, &g.topic, &g.grp, &g.part); err != nil {
-				rows.Close()
-				return err
-			}
-			ts, ps, gs, parts = append(ts, g.tenant), append(ps, g.topic), append(gs, g.grp), append(parts, g.part)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil || len(gs) == 0 {
+		ts, ps, gs, parts, err := logGroups(ctx, tx, s.lsql.logExpired, before, from, s.groupNS+logClaimLockKey)
+		if err != nil || len(gs) == 0 {
 			return err
 		}
 		return tx.QueryRow(ctx, s.lsql.logRecover, before, now, maxRecoveries, def, block, cont, ts, ps, gs, parts).
@@ -134,22 +120,8 @@ func (s *Store) logExtend(ctx context.Context, p outbox.MessageExtendLeaseParams
 	extended := map[string]bool{}
 	err := s.logTx(ctx, func(tx pgx.Tx) error {
 		clear(extended)
-		var ts, ps, gs []string
-		var parts []int64
-		rows, err := tx.Query(ctx, s.lsql.logLockGroups, ids, s.groupNS+logClaimLockKey)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var g logGroupKey
-			if err := rows.Scan(&g.tenant, &g.topic, &g.grp, &g.part); err != nil {
-				rows.Close()
-				return err
-			}
-			ts, ps, gs, parts = append(ts, g.tenant), append(ps, g.topic), append(gs, g.grp), append(parts, g.part)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil || len(gs) == 0 {
+		ts, ps, gs, parts, err := logGroups(ctx, tx, s.lsql.logLockGroups, ids, s.groupNS+logClaimLockKey)
+		if err != nil || len(gs) == 0 {
 			return err
 		}
 		runs, order, err := s.logRuns(ctx, tx, ts, ps, gs, parts)
@@ -181,11 +153,5 @@ func (s *Store) logExtend(ctx context.Context, p outbox.MessageExtendLeaseParams
 	if err != nil {
 		return outbox.ExtendLeaseResult{}, wrapErr("extend lease", err)
 	}
-	var res outbox.ExtendLeaseResult
-	for _, id := range ids {
-		if !extended[id] {
-			res.LeaseLost = append(res.LeaseLost, id)
-		}
-	}
-	return res, nil
+	return outbox.ExtendLeaseResult{LeaseLost: lost(ids, extended)}, nil
 }
