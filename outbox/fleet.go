@@ -145,8 +145,8 @@ type FleetConfig struct {
 	// listeners of those started before them: unbounded,
 	// a few dozen databases starting at once on a busy machine made every
 	// first claim wait in MaxStoreCalls for longer than ProcessingTimeout,
-	// and the processor does not publish messages whose lease it counts as
-	// expired. Defaults to MaxStoreCalls: a database makes one store call
+	// each database's first publication behind every other's start.
+	// Defaults to MaxStoreCalls: a database makes one store call
 	// at a time while it starts, so the starts never queue behind each
 	// other in the budget, and a database already served waits for at most
 	// one of their calls.
@@ -1053,12 +1053,22 @@ func (s *fleetStore) leave() { <-s.budget }
 // MessageClaim takes a budget slot for the store's MessageClaim. The first
 // one to return ends the database's start.
 func (s *fleetStore) MessageClaim(ctx context.Context, p MessageClaimParams) ([]Message, error) {
+	msgs, _, err := s.claimInSlot(ctx, p, func() time.Time { return p.Now })
+	return msgs, err
+}
+
+// claimInSlot is MessageClaim with p.Now read from now once the claim
+// holds its budget slot (the processor's claims: see slotClaimer); it
+// returns that Now.
+func (s *fleetStore) claimInSlot(ctx context.Context, p MessageClaimParams, now func() time.Time) ([]Message, time.Time, error) {
 	defer s.claimed()
 	if err := s.enter(ctx); err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	defer s.leave()
-	return s.Store.MessageClaim(ctx, p)
+	p.Now = now()
+	msgs, err := s.Store.MessageClaim(ctx, p)
+	return msgs, p.Now, err
 }
 
 // MessageFinish takes a budget slot for the store's MessageFinish.

@@ -292,10 +292,7 @@ func (p *Processor) pollOnce(ctx context.Context) (again bool, err error) {
 	}
 	limit := min(free, p.cfg.PollBatchSize)
 	start := time.Now()
-	claimedAt := p.cfg.Clock.Now()
-	msgs, err := p.store.MessageClaim(ctx, MessageClaimParams{
-		Limit: limit, Topics: p.cfg.Topics, Owner: p.cfg.ID, Now: claimedAt,
-	})
+	msgs, claimedAt, err := p.claim(ctx, MessageClaimParams{Limit: limit, Topics: p.cfg.Topics, Owner: p.cfg.ID})
 	if co, ok := p.cfg.Observer.(ClaimObserver); ok {
 		co.OnClaimed(ctx, ClaimEvent{Limit: limit, Claimed: len(msgs), Duration: time.Since(start), Err: err})
 	}
@@ -347,6 +344,30 @@ func (p *Processor) pollOnce(ctx context.Context) (again bool, err error) {
 		p.recordCh <- released
 	}
 	return claimed == limit, nil
+}
+
+// slotClaimer is a store whose calls may wait for a slot before they reach
+// the database (fleetStore: a Fleet's store-call budget, shared by all its
+// databases). claimInSlot reads the claim's Now from now once it holds the
+// slot, and returns it.
+type slotClaimer interface {
+	claimInSlot(ctx context.Context, p MessageClaimParams, now func() time.Time) ([]Message, time.Time, error)
+}
+
+// claim claims with p.Now, the start of the claimed leases (ClaimedAt in
+// the store, and the lease clock of hold), read from the processor's
+// clock as the claim reaches the store, and returns it. Not before a slot
+// was waited for: under overload a fleet's claim waited for one longer
+// than ProcessingTimeout, and the messages it then claimed were counted as
+// expired leases before they were published (left to recovery, claimed
+// and published later).
+func (p *Processor) claim(ctx context.Context, params MessageClaimParams) ([]Message, time.Time, error) {
+	if s, ok := p.store.(slotClaimer); ok {
+		return s.claimInSlot(ctx, params, p.cfg.Clock.Now)
+	}
+	params.Now = p.cfg.Clock.Now()
+	msgs, err := p.store.MessageClaim(ctx, params)
+	return msgs, params.Now, err
 }
 
 // recoveryLoop recovers expired leases every RecoveryInterval.

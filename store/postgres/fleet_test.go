@@ -54,6 +54,24 @@ func (l *fleetLog) publisher(t *testing.T, member string) outbox.Publisher {
 	})
 }
 
+// await waits until n publications were seen, for up to timeout.
+func (l *fleetLog) await(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		l.mu.Lock()
+		published := len(l.pubs)
+		l.mu.Unlock()
+		if published >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d messages published", published, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // check verifies what a fleet must keep: every message published, FIFO per
 // group (first publications in enqueue order), and in each database the
 // leases one after the other: no publication under an epoch after a
@@ -608,19 +626,7 @@ func TestFleetStartsInTurn(t *testing.T) {
 	fctx, fcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- f.Run(fctx) }()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		log.mu.Lock()
-		published := len(log.pubs)
-		log.mu.Unlock()
-		if published >= 2*n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d messages published", published, 2*n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	log.await(t, 2*n, time.Minute)
 	st := f.Status()
 	fcancel()
 	if err := <-done; err != nil {
@@ -657,5 +663,118 @@ func TestFleetStartsInTurn(t *testing.T) {
 	}
 	if len(watch.early) > 0 {
 		t.Errorf("asked for before the database's first claim returned: %v", watch.early)
+	}
+}
+
+// slotStore is the database's store in TestFleetClaimAfterSlotWait. It has
+// no wake-ups (its processor claims every PollInterval); its
+// MessagePendingTopics, which Fleet.Backlogs calls in a slot of the
+// fleet's store-call budget, waits until hold is closed; it tells when
+// its first claim returned and counts the leases recovered.
+type slotStore struct {
+	outbox.Store
+	pg *postgres.Store
+
+	firstClaim chan struct{}
+	once       sync.Once
+	held       chan struct{} // receives when MessagePendingTopics holds its slot
+	hold       chan struct{} // closed to let it return
+	recovered  atomic.Int64
+}
+
+func (s *slotStore) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
+	ms, err := s.Store.MessageClaim(ctx, p)
+	s.once.Do(func() { close(s.firstClaim) })
+	return ms, err
+}
+
+func (s *slotStore) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
+	res, err := s.Store.MessageRecover(ctx, p)
+	s.recovered.Add(int64(res.Recovered + res.DeadLettered))
+	return res, err
+}
+
+func (s *slotStore) MessageExtendLease(ctx context.Context, p outbox.MessageExtendLeaseParams) (outbox.ExtendLeaseResult, error) {
+	return s.pg.MessageExtendLease(ctx, p)
+}
+
+func (s *slotStore) MessagePendingTopics(ctx context.Context, p outbox.MessagePendingTopicsParams) ([]outbox.PendingTopic, error) {
+	s.held <- struct{}{}
+	<-s.hold
+	return s.pg.MessagePendingTopics(ctx, p)
+}
+
+// TestFleetClaimAfterSlotWait: a claim that waits for a slot of the
+// fleet's store-call budget (MaxStoreCalls) for longer than
+// ProcessingTimeout publishes what it claims: its leases begin when it
+// holds the slot, not when it began to wait. They began before, and under
+// overload the processor counted the messages such a claim returned as
+// expired leases before publishing any of them, leaving them to recovery
+// (each claimed twice).
+func TestFleetClaimAfterSlotWait(t *testing.T) {
+	t.Parallel()
+	pg := testbackend.Postgres(t, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leaser := migratedLeaser(ctx, t, pg.Pool, pg.Name)
+	dbs, outboxes := fleetDatabases(ctx, t, pg, 1)
+	st := &slotStore{firstClaim: make(chan struct{}), held: make(chan struct{}), hold: make(chan struct{})}
+	const (
+		poll = 2 * time.Second
+		pt   = time.Second
+		n    = 5
+	)
+	log := &fleetLog{}
+	f, err := outbox.NewFleet(outbox.FleetConfig{
+		ID: "solo", Databases: outbox.StaticDatabases(dbs...), Leaser: leaser, LeaseTTL: 2 * time.Second,
+		MaxStoreCalls: 1, Publisher: log.publisher(t, "solo"),
+		Open: func(ctx context.Context, db string) (outbox.ShardStore, error) {
+			s, err := postgres.New(pg.Pool, postgres.Options{Schema: db})
+			st.Store, st.pg = s, s
+			return outbox.ShardStore{Store: st}, err
+		},
+		Processor: outbox.Config{AllTopics: true, PollInterval: poll, ProcessingTimeout: pt, RecoveryInterval: 200 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, fcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.Run(fctx) }()
+	select {
+	case <-st.firstClaim:
+	case <-ctx.Done():
+		t.Fatal("the database's processor never claimed")
+	}
+	// The only slot is held from here on, and the messages are due before
+	// the processor's next claim, a poll interval after its first.
+	backlogs := make(chan []outbox.ShardBacklog, 1)
+	go func() { backlogs <- f.Backlogs(ctx) }()
+	<-st.held
+	for i := range n {
+		if _, err := outboxes[dbs[0]].Enqueue(ctx, msg("t", "g", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(poll + 2*pt)
+	close(st.hold)
+	if b := <-backlogs; len(b) != 1 || b[0].Err != nil {
+		t.Fatalf("backlogs: %+v", b)
+	}
+	log.await(t, n, 20*time.Second)
+	status := f.Status()
+	fcancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	log.check(t, map[string]int{dbs[0]: n})
+	if len(status.Shards) != 1 {
+		t.Fatalf("serving %d databases, want 1", len(status.Shards))
+	}
+	if got := status.Shards[0].Progress.Claimed; got != n {
+		t.Errorf("%d messages claimed, want %d: each once", got, n)
+	}
+	if got := st.recovered.Load(); got != 0 {
+		t.Errorf("%d leases recovered, want none", got)
 	}
 }
