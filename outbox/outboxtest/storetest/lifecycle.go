@@ -1,9 +1,11 @@
 package storetest
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -424,6 +426,101 @@ func testRecover[TTx any](t *testing.T, h Harness[TTx]) {
 			t.Fatalf("recovery after a requeue: %+v, %v; want 1 recovered", res, err)
 		}
 	})
+
+	t.Run("SparesNewerClaimOfSameOwner", func(t *testing.T) {
+		need(t, h, CapCallerClock)
+		e := setup(t, h)
+		const n, rounds = 20, 10
+		ms := e.enqueueN("t", "", n)
+		// Round k: the owner's leases, taken at k hours, have expired
+		// (recovery frees what was claimed before k hours 30); while a
+		// recovery runs, the owner releases them and claims the messages
+		// again at k hours 50, as a processor does after a store stall.
+		// A release gives the attempt back, so the new leases have the
+		// owner and attempt of the expired ones: a recovery that read an
+		// expired lease must not free the new lease that replaced it
+		// before its write (the rows it read are locked, or its write is
+		// fenced by the lease it read, ClaimedAt or token). Each expired
+		// lease is either recovered (its release is then refused) or
+		// released; every new lease is held until its own release.
+		var round atomic.Int64
+		round.Store(-1)
+		stop := make(chan struct{})
+		recErr := make(chan error, 1)
+		go func() {
+			defer close(recErr)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := round.Load()
+				if k < 0 {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				before := e.at(time.Duration(k)*time.Hour + 30*time.Minute)
+				if _, err := e.s.MessageRecover(e.ctx, outbox.MessageRecoverParams{ClaimedBefore: before, Now: before, MaxRecoveries: 1000}); err != nil {
+					recErr <- err
+					return
+				}
+			}
+		}()
+		defer func() {
+			close(stop)
+			require.NoError(t, <-recErr, "MessageRecover")
+		}()
+		recovered := 0
+		for k := range rounds {
+			start := time.Duration(k) * time.Hour
+			old := e.claimAll("p", n, e.at(start))
+			wantIDs(t, fmt.Sprintf("round %d: claim", k), old, ms...)
+			round.Store(int64(k))
+			p := outbox.MessageFinishParams{Owner: "p", Now: e.at(start + 40*time.Minute)}
+			for _, m := range old {
+				e.released(m)(&p)
+			}
+			recovered += len(e.finish(p).LeaseLost)
+			fresh := e.claimAll("p", n, e.at(start+50*time.Minute))
+			wantIDs(t, fmt.Sprintf("round %d: claim again", k), fresh, ms...)
+			for i, m := range fresh {
+				if m.Attempts != old[i].Attempts {
+					t.Fatalf("round %d: attempt %d, then %d after a release or recovery; want the same", k, old[i].Attempts, m.Attempts)
+				}
+			}
+			p = outbox.MessageFinishParams{Owner: "p", Now: e.at(start + 55*time.Minute)}
+			for _, m := range fresh {
+				e.released(m)(&p)
+			}
+			if lost := e.finish(p).LeaseLost; len(lost) > 0 {
+				t.Fatalf("round %d: %d leases claimed after the recovery's cutoff lost (recovered while an expired lease of the same owner and attempt was being recovered): %v", k, len(lost), lost)
+			}
+		}
+		t.Logf("%d of %d expired leases recovered before their release", recovered, n*rounds)
+	})
+}
+
+// claimAll claims for owner at now until it holds n messages, and returns
+// them in Seq order. A claim that returns fewer is not the end while
+// another call runs (SKIP LOCKED skips the rows it holds, and a store may
+// find a message freed meanwhile only at a later claim): it claims again,
+// for up to 30 seconds.
+func (e *env[TTx]) claimAll(owner string, n int, now time.Time) []outbox.Message {
+	e.t.Helper()
+	var got []outbox.Message
+	deadline := time.Now().Add(30 * time.Second)
+	for len(got) < n {
+		got = append(got, e.claim(owner, n-len(got), now)...)
+		if len(got) < n && time.Now().After(deadline) {
+			break
+		}
+		if len(got) < n {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	slices.SortFunc(got, func(a, b outbox.Message) int { return cmp.Compare(a.Seq, b.Seq) })
+	return got
 }
 
 func testOperator[TTx any](t *testing.T, h Harness[TTx]) {
