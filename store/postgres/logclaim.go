@@ -71,9 +71,12 @@ type logClaimState struct {
 	// fair is the tenant after which the next claim's fair share looks.
 	fair string
 	// run is the mean run (messages per group) of recent claims, 0 before
-	// the first: a claim reads about twice the groups it needs at that
+	// the first: a claim locks about twice the groups it needs at that
 	// size, not every group in its windows.
 	run float64
+	// carry is the groups the last claim locked and did not lease: the
+	// next claim looks at them first.
+	carry []logGroupKey
 }
 
 // state returns the claim state of the topic set key.
@@ -130,17 +133,20 @@ const logHead = `SELECT b.seq, b.status, b.next_attempt_at FROM {T} b
 		ORDER BY b.tenant, b.topic, b.grp, b.seq LIMIT 1`
 
 // logCandidates finds the groups a claim may take, from append-only
-// windows: the groups whose runs ended since $6 (done marks) and whose
+// windows: the groups whose runs ended since $6 (done marks), whose
 // messages came due by time since $7 (retries, deferred releases,
-// scheduled messages), then the log after $5 ($4 messages) in order. It
-// reads the groups' latest marks and first waiting messages lazily, in
-// that order, until $10 claimable groups are found (idle, due, not paused,
-// not held by a lease of the previous schema version), and try-locks them
-// (key space logClaimLockKey, namespace $9; a claim never waits) until
-// their runs fill $2 (at most $3 each). Topics: $8 (NULL: all). Fair share
-// adds, for each of the next 8 tenants after $11 with no message in the log
-// window, its first claimable group. The first row carries the next floor
-// (before the first claimable group left behind, and before the first group
+// scheduled messages) and that an earlier claim of this store carried
+// ($16-$19), then the log after $5 ($4 messages) in order. It reads the
+// groups' latest marks and first waiting messages lazily, in that order,
+// until $10 claimable groups are found (idle, due, not paused, not held by
+// a lease of the previous schema version), try-locking each as it is found
+// (key space logClaimLockKey, namespace $9; a claim never waits, and
+// passes a group another claim holds). The groups locked whose estimated
+// runs (at most $3 each) fill $2 are returned for the take; the others
+// locked are returned marked 1, to carry. Topics: $8 (NULL: all). Fair share adds, for each of
+// the next 8 tenants after $11 with no message in the log window, its
+// first claimable group. The first row carries the next floor (before the
+// first claimable group passed or left behind, and before the first group
 // not read when the reading stopped early), the last mark read, and the
 // tenant the next fair share starts after.
 var logCandidates = `WITH RECURSIVE tn AS (
@@ -179,48 +185,63 @@ var logCandidates = `WITH RECURSIVE tn AS (
 		LIMIT 1) f
 	WHERE NOT EXISTS (SELECT 1 FROM w0 WHERE w0.tenant = tl.tenant)
 ), w AS MATERIALIZED (
-	SELECT tenant, topic, grp, part, first, last, n FROM w0
-	UNION ALL
 	-- A run's length is not known here: an unordered message's is 1, a
-	-- group's is taken as the mean run of recent claims ($15).
+	-- group's is taken as the mean run of recent claims ($15), or what the
+	-- log window holds of it when that is more (the window sees only a
+	-- part of a long backlog).
+	SELECT tenant, topic, grp, part, first, last, CASE WHEN part > 0 THEN 1 ELSE greatest(n, $15) END AS n FROM w0
+	UNION ALL
 	SELECT o.tenant, o.topic, o.grp, o.part, 0, 0, CASE WHEN o.part > 0 THEN 1 ELSE $15 END FROM (
 		SELECT tenant, topic, grp, part FROM rm UNION SELECT tenant, topic, grp, part FROM due
-		UNION SELECT tenant, topic, grp, part FROM fg) o
+		UNION SELECT tenant, topic, grp, part FROM fg
+		-- Groups this store locked in an earlier claim and did not lease
+		-- (the take reached the claim's limit first): a concurrent claim
+		-- that found them locked passed them.
+		UNION SELECT * FROM unnest($16::text[], $17::text[], $18::text[], $19::int8[])) o
 	WHERE ($8::text[] IS NULL OR o.topic = ANY($8::text[]))
 		AND NOT EXISTS (SELECT 1 FROM w0 WHERE w0.tenant = o.tenant AND w0.topic = o.topic AND w0.grp = o.grp AND w0.part = o.part)
 ), e AS MATERIALIZED (
-	SELECT g.tenant, g.topic, g.grp, g.part, g.first, g.n, h.seq AS head
-	FROM (SELECT * FROM w ORDER BY first) g
-	LEFT JOIN LATERAL (` + logLatest + `) k ON true
-	LEFT JOIN LATERAL (` + logHead + `) hg ON true
-	LEFT JOIN LATERAL (SELECT b.seq, b.status, b.next_attempt_at FROM {T} b
-		WHERE g.part > 0 AND b.seq = g.part AND b.status = 'PENDING' AND b.claimed_by IS NULL AND b.seq > coalesce(k.done, 0)) hu ON true
-	CROSS JOIN LATERAL (SELECT coalesce(hg.seq, hu.seq) AS seq, coalesce(hg.status, hu.status) AS status,
-		coalesce(hg.next_attempt_at, hu.next_attempt_at) AS next_attempt_at) h
-	WHERE (k.kind IS NULL OR k.kind = 'done') AND h.status = 'PENDING' AND h.next_attempt_at <= $1
-		AND (NOT EXISTS (SELECT 1 FROM {P}) OR ` + strings.TrimPrefix(strings.ReplaceAll(adminsql.NotPausedRowByRow("{P}", "g."), "\n", " "), " AND ") + `)
-		AND (g.part > 0 OR NOT EXISTS (SELECT 1 FROM {T} l WHERE l.tenant = g.tenant AND l.topic = g.topic
-			AND l.grp = g.grp AND l.status = 'PROCESSING'))
-	ORDER BY g.first
+	-- The first $10 claimable groups in order, each try-locked as it is
+	-- read (a volatile column: the rows stream, nothing sorts them after
+	-- it). A group another claim holds is passed; the floor stays before
+	-- it.
+	SELECT * FROM (
+		SELECT y.*, pg_try_advisory_xact_lock($9::int4, hashtext(y.tenant || chr(31) || y.topic || chr(31) || y.grp || chr(31) || y.part)) AS got FROM (
+			SELECT g.tenant, g.topic, g.grp, g.part, g.first, g.n, h.seq AS head
+			FROM (SELECT * FROM w ORDER BY first) g
+			LEFT JOIN LATERAL (` + logLatest + `) k ON true
+			LEFT JOIN LATERAL (` + logHead + `) hg ON true
+			LEFT JOIN LATERAL (SELECT b.seq, b.status, b.next_attempt_at FROM {T} b
+				WHERE g.part > 0 AND b.seq = g.part AND b.status = 'PENDING' AND b.claimed_by IS NULL AND b.seq > coalesce(k.done, 0) LIMIT 1) hu ON true
+			CROSS JOIN LATERAL (SELECT coalesce(hg.seq, hu.seq) AS seq, coalesce(hg.status, hu.status) AS status,
+				coalesce(hg.next_attempt_at, hu.next_attempt_at) AS next_attempt_at) h
+			WHERE (k.kind IS NULL OR k.kind = 'done') AND h.status = 'PENDING' AND h.next_attempt_at <= $1
+				AND (NOT EXISTS (SELECT 1 FROM {P}) OR ` + strings.TrimPrefix(strings.ReplaceAll(adminsql.NotPausedRowByRow("{P}", "g."), "\n", " "), " AND ") + `)
+				AND (g.part > 0 OR NOT EXISTS (SELECT 1 FROM {T} l WHERE l.tenant = g.tenant AND l.topic = g.topic
+					AND l.grp = g.grp AND l.status = 'PROCESSING'))
+			ORDER BY g.first) y) z
 	LIMIT $10
 ), c AS MATERIALIZED (
-	SELECT e.*, sum(least(e.n, $3)) OVER (ORDER BY e.first, e.head) - least(e.n, $3) AS before FROM e
+	SELECT e.*, sum(least(e.n, $3)) OVER (ORDER BY e.first ROWS UNBOUNDED PRECEDING) - least(e.n, $3) AS before FROM e WHERE e.got
 ), l AS MATERIALIZED (
-	SELECT c.tenant, c.topic, c.grp, c.part, c.first FROM c
-	WHERE c.before < $2 AND pg_try_advisory_xact_lock($9::int4, hashtext(c.tenant || chr(31) || c.topic || chr(31) || c.grp || chr(31) || c.part))
-	ORDER BY c.first, c.head
+	-- The groups whose runs the take reads (the others' locks go at the
+	-- commit): as many as the estimated runs need to fill the claim.
+	SELECT c.tenant, c.topic, c.grp, c.part, c.first, c.head FROM c WHERE c.before < $2
 )
 SELECT NULL::text, NULL::text, NULL::text, NULL::bigint,
 	coalesce(least(
-		(SELECT min(c.head) - 1 FROM c WHERE c.first > 0 AND NOT EXISTS (
-			SELECT 1 FROM l WHERE l.tenant = c.tenant AND l.topic = c.topic AND l.grp = c.grp AND l.part = c.part)),
+		(SELECT min(c.head) - 1 FROM c WHERE c.first > 0 AND c.before >= $2),
+		(SELECT min(e.head) - 1 FROM e WHERE e.first > 0 AND NOT e.got),
 		CASE WHEN (SELECT count(*) FROM e) >= $10 THEN (SELECT max(first) FROM e) ELSE (SELECT max(last) FROM w0) END),
 		$5),
 	(SELECT max(mseq) FROM rm),
 	CASE WHEN (SELECT count(*) FROM tl) = 8 THEN (SELECT max(tenant) FROM tl) ELSE '' END,
 	pg_snapshot_xmin(pg_current_snapshot())::text::bigint
 UNION ALL
-SELECT tenant, topic, grp, part, NULL, NULL, NULL, NULL FROM l`
+(SELECT tenant, topic, grp, part, NULL, NULL, NULL, NULL FROM l ORDER BY first)
+UNION ALL
+-- Locked, but past what the claim needs: carried to the next claim.
+SELECT tenant, topic, grp, part, 1, NULL, NULL, NULL FROM c WHERE c.before >= $2`
 
 // logBackstop is the first waiting message of every registered group, one
 // probe per group, and the first unordered message after $1 without a
@@ -244,42 +265,42 @@ const logBackstop = `SELECT
 // is within it.
 const logUnorderedLookback = 100_000
 
-// logTake leases the locked groups' next runs (at most $3 each, $9 in all) to owner
-// $2 under token $4 at $1, after reading their marks again (the locks were
-// taken by the statement before, so this statement's snapshot holds every
-// mark committed under them), and returns the messages as claimed.
-const logTake = `WITH g AS (
-	SELECT * FROM unnest($5::text[], $6::text[], $7::text[], $8::int8[]) AS g(tenant, topic, grp, part)
-), s AS MATERIALIZED (
-	SELECT g.tenant, g.topic, g.grp, g.part, coalesce(k.done, 0) AS done
-	FROM g LEFT JOIN LATERAL (` + logLatest + `) k ON true
+// logTake leases the locked groups' next runs (at most $3 each, $9 in all)
+// to owner $2 under token $4 at $1, after reading their marks again (the
+// locks were taken by the statement before, so this statement's snapshot
+// holds every mark committed under them), and returns the messages as
+// claimed. It fills the groups whole, in the order given (the candidates'
+// oldest first), and reads no further once $9 messages are found: a run
+// is cut only at the claim's limit, so each claim writes as few marks, and
+// the next claims look up as few groups, as the backlog allows.
+const logTake = `WITH s AS MATERIALIZED (
+	SELECT g.ord, g.tenant, g.topic, g.grp, g.part, coalesce(k.done, 0) AS done
+	FROM unnest($5::text[], $6::text[], $7::text[], $8::int8[]) WITH ORDINALITY AS g(tenant, topic, grp, part, ord)
+	LEFT JOIN LATERAL (` + logLatest + `) k ON true
 	WHERE k.kind IS NULL OR k.kind = 'done'
-), r AS MATERIALIZED (
-	SELECT s.tenant, s.topic, s.grp, s.part, s.done, x.id, x.seq FROM s CROSS JOIN LATERAL (
-		SELECT y.id, y.seq FROM (
-			SELECT b.id, b.seq, bool_and(b.status = 'PENDING' AND b.next_attempt_at <= $1) OVER (ORDER BY b.seq) AS ok
+), r AS (
+	SELECT s.ord, s.tenant, s.topic, s.grp, s.part, s.done, x.ctid, x.seq
+	FROM (SELECT * FROM s ORDER BY s.ord) s CROSS JOIN LATERAL (
+		SELECT y.ctid, y.seq FROM (
+			SELECT b.ctid, b.seq, bool_and(b.status = 'PENDING' AND b.next_attempt_at <= $1) OVER (ORDER BY b.seq) AS ok
 			FROM {T} b
 			WHERE s.part = 0 AND b.tenant = s.tenant AND b.topic = s.topic AND b.grp = s.grp
 				AND (b.status = 'PENDING' OR b.blocks_group) AND b.grp <> '' AND b.seq > s.done
 			ORDER BY b.tenant, b.topic, b.grp, b.seq LIMIT $3) y
 		WHERE y.ok
 		UNION ALL
-		SELECT b.id, b.seq FROM {T} b
+		SELECT b.ctid, b.seq FROM {T} b
 		WHERE s.part > 0 AND b.seq = s.part AND b.seq > s.done AND b.status = 'PENDING' AND b.claimed_by IS NULL AND b.next_attempt_at <= $1
 	) x
+	ORDER BY s.ord, x.seq
 ), rk AS MATERIALIZED (
-	-- The claim's limit ($9): each group's first message, then each
-	-- one's second, and so on (a group's run is cut to a prefix, or left
-	-- out), oldest first within each rank.
-	SELECT r.* FROM r
-	ORDER BY row_number() OVER (PARTITION BY r.tenant, r.topic, r.grp, r.part ORDER BY r.seq), r.seq
-	LIMIT $9
+	SELECT * FROM r LIMIT $9
 ), ins AS (
 	INSERT INTO {K} (tenant, topic, grp, part, kind, done, upto, token, owner, at)
 	SELECT tenant, topic, grp, part, 'lease', done, max(seq), $4::uuid, $2, $1 FROM rk
 	GROUP BY tenant, topic, grp, part, done
 )
-SELECT {CLAIMED} FROM rk r JOIN {T} m ON m.id = r.id ORDER BY m.seq`
+SELECT {CLAIMED} FROM rk r JOIN {T} m ON m.ctid = r.ctid ORDER BY m.seq`
 
 // claimedCols is msgCols of the row m as a claim returns it: PROCESSING,
 // its attempt counted, claimed by $2 at $1 under token $4.
@@ -358,7 +379,14 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	if c.run > 1 {
 		groupsCap = min(max(int(2*float64(p.Limit)/c.run)+16, 16), groupsCap)
 	}
+	carried := c.carry
+	c.carry = nil
 	c.mu.Unlock()
+	var cts, cps, cgs []string
+	var cparts []int64
+	for _, g := range carried {
+		cts, cps, cgs, cparts = append(cts, g.tenant), append(cps, g.topic), append(cgs, g.grp), append(cparts, g.part)
+	}
 
 	var token pgtype.UUID
 	tok := outbox.NewClaimToken()
@@ -369,10 +397,11 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	var nextFloor, lastMark *int64
 	var nextFair *string
 	var snapXmin *int64
-	var groups int
+	var taken, carry []logGroupKey
 	err := s.logTx(ctx, func(tx pgx.Tx) error {
+		msgs, taken, carry = nil, nil, nil
 		rows, err := tx.Query(ctx, s.lsql.logCandidates, now, p.Limit, run, logWindow, from, markSeen, dueFrom, topics,
-			s.groupNS+logClaimLockKey, groupsCap, fairFrom, xmin, floor, markTop, runGuess)
+			s.groupNS+logClaimLockKey, groupsCap, fairFrom, xmin, floor, markTop, runGuess, cts, cps, cgs, cparts)
 		if err != nil {
 			return err
 		}
@@ -385,17 +414,20 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 				rows.Close()
 				return err
 			}
-			if g == nil {
+			switch {
+			case g == nil:
 				nextFloor, lastMark, nextFair, snapXmin = f, mk, ft, xm
-				continue
+			case f != nil:
+				carry = append(carry, logGroupKey{tenant: *t, topic: *tp, grp: *g, part: *part})
+			default:
+				taken = append(taken, logGroupKey{tenant: *t, topic: *tp, grp: *g, part: *part})
+				ts, ps, gs, parts = append(ts, *t), append(ps, *tp), append(gs, *g), append(parts, *part)
 			}
-			ts, ps, gs, parts = append(ts, *t), append(ps, *tp), append(gs, *g), append(parts, *part)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		groups = len(gs)
 		if len(gs) == 0 {
 			return nil
 		}
@@ -414,11 +446,33 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 		return rows.Err()
 	})
 	if err != nil {
+		c.mu.Lock()
+		c.carry = append(c.carry, carried...)
+		c.mu.Unlock()
 		return nil, wrapErr("claim", err)
 	}
+	s.logKnown.add(msgs)
+	// The take fills the groups whole, in order, up to the claim's limit:
+	// the groups after the last it filled got nothing, and are carried;
+	// the last one's run may be cut, so the mean run counts the others.
+	filled := make(map[logGroupKey]int, len(taken))
+	for _, m := range msgs {
+		filled[logKeyOf(m)]++
+	}
+	var runs, inRuns int
+	for i, g := range taken {
+		n, ok := filled[g]
+		switch {
+		case !ok:
+			carry = append(carry, g)
+		case len(msgs) < p.Limit || i+1 < len(taken) && filled[taken[i+1]] > 0 || len(filled) == 1:
+			runs, inRuns = runs+1, inRuns+n
+		}
+	}
 	c.mu.Lock()
-	if groups > 0 && len(msgs) > 0 {
-		r := float64(len(msgs)) / float64(groups)
+	c.carry = append(c.carry, carry...)
+	if runs > 0 {
+		r := float64(inRuns) / float64(runs)
 		if c.run == 0 {
 			c.run = r
 		}

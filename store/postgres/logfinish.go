@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +29,76 @@ const logLockGroups = `WITH o AS MATERIALIZED (
 		SELECT DISTINCT hashtext(tenant || chr(31) || topic || chr(31) || grp || chr(31) || part) AS h FROM o ORDER BY 1) x
 )
 SELECT o.tenant, o.topic, o.grp, o.part FROM o, lk WHERE lk.n >= 0`
+
+// logLockKnown locks the groups $1-$4 (blocking, in key order, as
+// logLockGroups) and returns them: the outcomes' groups, when the store
+// claimed their messages itself and so knows them (logKnown).
+const logLockKnown = `WITH g AS MATERIALIZED (
+	SELECT DISTINCT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) AS g(tenant, topic, grp, part)
+), lk AS MATERIALIZED (
+	SELECT count(pg_advisory_xact_lock($5::int4, h)) AS n FROM (
+		SELECT DISTINCT hashtext(tenant || chr(31) || topic || chr(31) || grp || chr(31) || part) AS h FROM g ORDER BY 1) x
+)
+SELECT g.tenant, g.topic, g.grp, g.part FROM g, lk WHERE lk.n >= 0`
+
+// logKnownCap bounds logKnown: past it, the store forgets what it knew
+// (a message whose outcome never came, its processor gone) and its
+// outcomes' groups are read from their rows again.
+const logKnownCap = 1 << 20
+
+// logKnown is the group of each message this store claimed and has not
+// finished: a message's group never changes, so an outcome's group needs
+// no read of its row. An outcome of a message the store does not know
+// (claimed by another store, or before a restart) reads it.
+type logKnown struct {
+	mu sync.Mutex
+	m  map[string]logGroupKey
+}
+
+// add records the groups of claimed messages.
+func (k *logKnown) add(msgs []outbox.Message) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil || len(k.m)+len(msgs) > logKnownCap {
+		k.m = make(map[string]logGroupKey, len(msgs))
+	}
+	for _, m := range msgs {
+		k.m[m.ID] = logKeyOf(m)
+	}
+}
+
+// groups returns the groups of ids as arrays, and false when one is not
+// known.
+func (k *logKnown) groups(ids []string) (ts, ps, gs []string, parts []int64, ok bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, id := range ids {
+		g, found := k.m[id]
+		if !found {
+			return nil, nil, nil, nil, false
+		}
+		ts, ps, gs, parts = append(ts, g.tenant), append(ps, g.topic), append(gs, g.grp), append(parts, g.part)
+	}
+	return ts, ps, gs, parts, true
+}
+
+// forget drops ids, once their outcomes are written.
+func (k *logKnown) forget(ids []string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, id := range ids {
+		delete(k.m, id)
+	}
+}
+
+// logKeyOf is the group of a claimed message in the append-only path.
+func logKeyOf(m outbox.Message) logGroupKey {
+	g := logGroupKey{tenant: m.Tenant, topic: m.Topic, grp: m.Group}
+	if m.Group == "" {
+		g.part = m.Seq
+	}
+	return g
+}
 
 // logRuns is the latest mark of each group ($1-$4) and, when it is a
 // lease, the run's waiting messages (PENDING, or dead letters that block
@@ -218,7 +289,14 @@ func (s *Store) logFinish(ctx context.Context, p outbox.MessageFinishParams) (ou
 	applied := make(map[string]bool, len(ids))
 	err := s.logTx(ctx, func(tx pgx.Tx) error {
 		clear(applied)
-		ts, ps, gs, parts, err := logGroups(ctx, tx, s.lsql.logLockGroups, ids, s.groupNS+logClaimLockKey)
+		var ts, ps, gs []string
+		var parts []int64
+		var err error
+		if kt, kp, kg, kparts, ok := s.logKnown.groups(ids); ok {
+			ts, ps, gs, parts, err = logGroups(ctx, tx, s.lsql.logLockKnown, kt, kp, kg, kparts, s.groupNS+logClaimLockKey)
+		} else {
+			ts, ps, gs, parts, err = logGroups(ctx, tx, s.lsql.logLockGroups, ids, s.groupNS+logClaimLockKey)
+		}
 		if err != nil {
 			return err
 		}
@@ -242,6 +320,7 @@ func (s *Store) logFinish(ctx context.Context, p outbox.MessageFinishParams) (ou
 	if err != nil {
 		return outbox.FinishResult{}, wrapErr("finish", err)
 	}
+	s.logKnown.forget(ids)
 	return outbox.FinishResult{LeaseLost: lost(ids, applied)}, nil
 }
 

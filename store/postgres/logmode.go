@@ -14,7 +14,8 @@ import (
 // store's tables.
 type logSQL struct {
 	logCandidates, logTake, logBackstop string
-	logLockGroups, logRuns, logWrite    string
+	logLockGroups, logLockKnown         string
+	logRuns, logWrite                   string
 	logExpired, logRecover              string
 	logWake                             string
 	// The operator's statements, for the append-only path: a cancel
@@ -55,6 +56,7 @@ func buildLogSQL(s *Store) logSQL {
 		logTake:       q(logTake),
 		logBackstop:   q(logBackstop),
 		logLockGroups: q(logLockGroups),
+		logLockKnown:  q(logLockKnown),
 		logRuns:       q(logRuns),
 		logWrite:      q(logWrite),
 		logExpired:    q(logExpired),
@@ -86,7 +88,36 @@ func (s *Store) enableLogMode() {
 		s.deleteSent[t] = true
 	}
 	s.lread = buildSQL(&Store{opts: s.opts, messages: s.stateView(), attempts: s.attempts, pauses: s.pauses})
+	s.lread.pendingTopics = strings.NewReplacer("{T}", s.messages, "{K}", s.marksTable(), "{G}", s.groupsTable()).Replace(logPendingTopics)
 }
+
+// logPendingTopics is pendingTopicsSQL on the append-only path, where a
+// finished message's row stays PENDING: per registered group of a topic
+// not in $2, the waiting messages past its latest mark's done and outside
+// its live lease; and the unordered messages of those topics whose latest
+// mark neither leases nor finishes them. Its cost follows the groups and
+// the topics' unordered messages, not the ordered history.
+const logPendingTopics = `SELECT topic, sum(n)::bigint, min(oldest) FROM (
+	SELECT g.topic, c.n, c.oldest FROM (SELECT tenant, topic, grp, 0::bigint AS part FROM {G}) g
+	LEFT JOIN LATERAL (` + logLatest + `) k ON true
+	CROSS JOIN LATERAL (
+		SELECT count(*) AS n, min(b.next_attempt_at) AS oldest FROM {T} b
+		WHERE b.tenant = g.tenant AND b.topic = g.topic AND b.grp = g.grp
+			AND (b.status = 'PENDING' OR b.blocks_group) AND b.grp <> '' AND b.seq > coalesce(k.done, 0)
+			AND b.status = 'PENDING' AND b.next_attempt_at <= $1
+			AND NOT coalesce(k.kind = 'lease' AND b.seq <= k.upto, false)) c
+	WHERE g.topic <> ALL($2::text[]) AND c.n > 0
+	UNION ALL
+	SELECT u.topic, count(*), min(u.next_attempt_at) FROM {T} u
+	LEFT JOIN LATERAL (SELECT k.kind, k.done FROM {K} k
+		WHERE k.tenant = u.tenant AND k.topic = u.topic AND k.grp = '' AND k.part = u.seq
+		ORDER BY k.tenant, k.topic, k.grp, k.part, k.mseq DESC LIMIT 1) k ON true
+	WHERE u.status = 'PENDING' AND u.grp = '' AND u.claimed_by IS NULL AND u.next_attempt_at <= $1
+		AND u.topic <> ALL($2::text[]) AND (k.kind IS NULL OR (k.kind = 'done' AND k.done < u.seq))
+	GROUP BY u.topic
+) x
+GROUP BY topic
+ORDER BY topic`
 
 // reads returns the read statements: over the state view on the
 // append-only path, over the messages table otherwise.

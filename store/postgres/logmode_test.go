@@ -141,3 +141,52 @@ func testLateCommit(t *testing.T, group string) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// A claim passes a group another claim holds (its lock taken) and fills
+// its limit from the groups after it; the group is claimed once free.
+func TestLogModeClaimPassesHeldGroups(t *testing.T) {
+	t.Parallel()
+	s, pg := newStore(t, false)
+	postgres.EnableLogMode(s)
+	ob := outbox.New[pgx.Tx](s, outbox.Options{})
+	ctx := context.Background()
+	var msgs []outbox.Message
+	for i := range 15 {
+		msgs = append(msgs, msg("t", fmt.Sprintf("g%d", i/5), i))
+	}
+	if _, err := ob.Enqueue(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	// Another claim's transaction holds g0's lock.
+	tx, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	ns, key := postgres.LogClaimLock(s, "", "t", "g0")
+	var ok bool
+	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1::int4, hashtext($2))", ns, key).Scan(&ok); err != nil || !ok {
+		t.Fatalf("lock g0: %v, %v", ok, err)
+	}
+	got, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "p", Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := map[string]int{}
+	for _, m := range got {
+		groups[m.Group]++
+	}
+	if len(got) != 10 || groups["g1"] != 5 || groups["g2"] != 5 {
+		t.Fatalf("claim with g0 held took %v, want g1 and g2 whole", groups)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "p", Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 5 || got[0].Group != "g0" {
+		t.Fatalf("claim once g0 is free took %d messages (first %+v), want g0's 5", len(got), got)
+	}
+}

@@ -135,6 +135,9 @@ type Store struct {
 	lsql    logSQL
 	lread   sqlText // the read statements, over the state view
 	logc    logClaimer
+	// logKnown is the group of each message this store claimed on the
+	// append-only path and has not finished.
+	logKnown logKnown
 	// deleteSent is Options.DeleteSentTopics as a set.
 	deleteSent map[string]bool
 }
@@ -289,6 +292,20 @@ func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return wrapErr("commit", err)
+	}
+	return nil
+}
+
+// Ping implements outbox.Pinger: it checks that the server answers and
+// that the store's tables exist (an error wrapping SQLSTATE 42P01 when
+// Migrate has not run), without reading a message.
+func (s *Store) Ping(ctx context.Context) error {
+	q := "SELECT NULL FROM " + s.messages + " LIMIT 0"
+	if s.logMode {
+		q = "(" + q + ") UNION ALL (SELECT NULL FROM " + s.marksTable() + " LIMIT 0)"
+	}
+	if _, err := s.db.Exec(ctx, q); err != nil {
+		return wrapErr("ping", err)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxkit/outboxkit/internal/testbackend"
 	"github.com/outboxkit/outboxkit/outbox"
+	"github.com/outboxkit/outboxkit/outbox/outboxtest"
 	"github.com/outboxkit/outboxkit/store/postgres"
 )
 
@@ -371,5 +372,29 @@ func TestEnqueueDatabaseSQL(t *testing.T) {
 	// Own transaction through the SQL enqueuer.
 	if _, err := ob.Enqueue(b.ctx, msg("t", "", 3)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPingBeforeMigrate: the processor's start probe (outbox.Pinger) tells
+// an unmigrated store from a reachable one without reading a message.
+func TestPingBeforeMigrate(t *testing.T) {
+	t.Parallel()
+	pg := testbackend.Postgres(t, 2)
+	ctx := context.Background()
+	schema := pg.Name + "_p"
+	t.Cleanup(func() { _, _ = pg.Pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+	s, err := postgres.New(pg.Pool, postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = outbox.Run(ctx, s, &outboxtest.Recorder{}, outbox.Config{AllTopics: true})
+	if !errors.Is(err, outbox.ErrNotMigrated) {
+		t.Fatalf("Run before Migrate = %v, want ErrNotMigrated", err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping after Migrate: %v", err)
 	}
 }

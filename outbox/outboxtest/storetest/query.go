@@ -49,7 +49,7 @@ func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
 		later := msg("c", "", 3)
 		later.NextAttemptAt = e.at(time.Hour)
 		e.enqueue(msg("a", "", 0), msg("a", "g", 1), other, later)
-		e.claim("p", 1, e.t0) // one of topic a is PROCESSING: not pending
+		first := e.claim("p", 1, e.t0) // one of topic a is PROCESSING: not pending
 		got, err := l.MessagePendingTopics(e.ctx, outbox.MessagePendingTopicsParams{DueBefore: e.at(time.Minute)})
 		require.NoError(t, err)
 		want := []outbox.PendingTopic{{Topic: "a", Messages: 1, OldestDueAt: e.t0}, {Topic: "b", Messages: 1, OldestDueAt: e.t0}}
@@ -76,6 +76,15 @@ func testQuery[TTx any](t *testing.T, h Harness[TTx]) {
 		}
 		if len(got) != 1 || got[0].Topic != "b" || got[0].Messages != 1 || !got[0].OldestDueAt.Equal(e.t0) {
 			t.Fatalf("pending topics excluding a = %+v, want b (and a, optionally)", got)
+		}
+		// Sent messages are not pending, whatever the store keeps of them.
+		rest := e.claim("p", 10, e.at(time.Second))
+		if len(rest) != 2 {
+			t.Fatalf("claimed %d of the 2 due messages left, want 2", len(rest))
+		}
+		e.sent("p", e.at(time.Second), append(first, rest...)...)
+		if got, err := l.MessagePendingTopics(e.ctx, outbox.MessagePendingTopicsParams{DueBefore: e.at(time.Minute)}); err != nil || len(got) != 0 {
+			t.Fatalf("pending topics once every due message is sent = %+v, %v; want none", got, err)
 		}
 	})
 
