@@ -33,6 +33,13 @@ func (p *Processor) probe(ctx context.Context) error {
 	} else {
 		_, err = p.store.MessageList(pctx, MessageListParams{Limit: 1})
 	}
+	return startErr(err)
+}
+
+// startErr is the error Run returns when its probe (or the first claim
+// that stands for it) failed with err: one matching ErrNotMigrated or
+// ErrStoreUnavailable; nil when err is.
+func startErr(err error) error {
 	switch {
 	case err == nil:
 		return nil

@@ -127,7 +127,8 @@ func NewProcessor(store Store, pub Publisher, cfg Config) (*Processor, error) {
 // again after it returned.
 //
 // Before it starts, Run probes the store once (within 30s; Pinger.Ping when
-// the store has it, else a one-message MessageList): when the store
+// the store has it, else a one-message MessageList, or, for a Fleet's
+// database, its first claim): when the store
 // is unreachable it returns an error matching ErrStoreUnavailable, and when
 // its tables are missing one matching ErrNotMigrated that says to call the
 // store's Migrate. It also returns an error when the processor is already
@@ -138,17 +139,12 @@ func (p *Processor) Run(ctx context.Context) error {
 		return errors.New("outbox: processor is already running")
 	}
 	defer p.running.Store(false)
-	if err := p.probe(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
+	byClaim := p.probesByClaim()
+	if !byClaim {
+		if err := p.probe(ctx); err != nil {
+			return p.cannotStart(ctx, err)
 		}
-		p.setHealth(err)
-		p.log.Error("outbox processor cannot start", "err", err)
-		return err
 	}
-	p.setHealth(nil)
-	p.setRunning(true)
-	defer p.setRunning(false)
 
 	p.stopping = make(chan struct{})
 	pubCtx, cancelPub := context.WithCancel(context.WithoutCancel(ctx))
@@ -160,6 +156,25 @@ func (p *Processor) Run(ctx context.Context) error {
 	// The heartbeat outlives ctx: it keeps the leases of what is still
 	// being published or recorded during the drain.
 	stopHeartbeat := p.startHeartbeat(ctx)
+	firstPoll := time.Duration(0)
+	if byClaim {
+		pctx, cancel := context.WithTimeout(ctx, startProbeTimeout)
+		again, err := p.pollOnce(pctx)
+		cancel()
+		if err != nil {
+			// Nothing was claimed: nothing to drain.
+			close(p.recordCh)
+			p.recorders.Wait()
+			stopHeartbeat()
+			return p.cannotStart(ctx, startErr(err))
+		}
+		if !again {
+			firstPoll = p.cfg.PollInterval
+		}
+	}
+	p.setHealth(nil)
+	p.setRunning(true)
+	defer p.setRunning(false)
 
 	if p.cfg.AllTopics {
 		p.log.Info("outbox processor started", "topics", "all topics", "poll_interval", p.cfg.PollInterval)
@@ -168,7 +183,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	var loops sync.WaitGroup
 	loops.Add(2)
-	go func() { defer loops.Done(); p.pollLoop(ctx) }()
+	go func() { defer loops.Done(); p.pollLoop(ctx, firstPoll) }()
 	go func() { defer loops.Done(); p.recoveryLoop(ctx) }()
 
 	<-ctx.Done()
@@ -191,6 +206,32 @@ func (p *Processor) Run(ctx context.Context) error {
 	stopHeartbeat()
 	p.log.Info("outbox processor stopped")
 	return nil
+}
+
+// cannotStart reports err, why Run cannot start, and returns it (nil when
+// ctx ended).
+func (p *Processor) cannotStart(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	p.setHealth(err)
+	p.log.Error("outbox processor cannot start", "err", err)
+	return err
+}
+
+// claimProber is a store whose processor's first claim may stand for
+// Run's start-up probe (fleetStore: a fleet's databases start in turn, and
+// the probe was one of the two store calls of a start's turn).
+type claimProber interface {
+	// probesByClaim reports that the first claim fails as the probe
+	// would, when the store is unavailable or not migrated.
+	probesByClaim() bool
+}
+
+// probesByClaim reports whether Run's first claim is its start-up probe.
+func (p *Processor) probesByClaim() bool {
+	c, ok := p.store.(claimProber)
+	return ok && c.probesByClaim() && p.cfg.Leader == nil
 }
 
 // Run creates a Processor and runs it until ctx ends. See Processor.Run.
@@ -218,14 +259,14 @@ func (p *Processor) active() bool {
 	return p.cfg.Leader == nil || p.cfg.Leader.IsLeader()
 }
 
-// pollLoop claims messages whenever the timer fires, the store signals new
-// messages, or Wake/free buffer space asks for it.
-func (p *Processor) pollLoop(ctx context.Context) {
+// pollLoop claims messages whenever the timer fires (first after first),
+// the store signals new messages, or Wake/free buffer space asks for it.
+func (p *Processor) pollLoop(ctx context.Context, first time.Duration) {
 	var storeWake <-chan struct{}
 	if w, ok := p.store.(Waker); ok {
 		storeWake = w.Wakeups(ctx)
 	}
-	timer := time.NewTimer(0)
+	timer := time.NewTimer(first)
 	defer timer.Stop()
 	failures := 0
 	for {

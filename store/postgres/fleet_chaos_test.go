@@ -609,8 +609,8 @@ func fleetChild(t *testing.T) {
 
 // The chaos children's log messages that time a database's start, beside
 // the fleet's "serving a database" (the lease taken, with the previous
-// lease's expiry) and the processor's "outbox processor started" (its
-// probe passed).
+// lease's expiry). A fleet's processor has no probe apart from its first
+// claim (the database's store has no Ping).
 const (
 	chaosOpened     = "chaos: store opened"
 	chaosFirstClaim = "chaos: first claim"
@@ -654,14 +654,14 @@ var logAttrRE = regexp.MustCompile(`(\w+)=("(?:[^"\\]|\\.)*"|\S+)`)
 // processes' logs: for the killed process's databases (dbs), the time
 // from the kill to the first of each step after it (the lease expired, by
 // the coordination database's clock; a new lease taken; the store opened;
-// the processor's probe passed; the first claim and the first recovery
+// the first claim, which is the processor's probe, and the first recovery
 // done; the first publication, after), as median and max over the databases, and the
 // steps of the database that waited longest.
 func resumeBreakdown(t *testing.T, dir string, kill time.Time, dbs []string, after map[string]fleetPub) string {
 	t.Helper()
-	steps := []string{"expired", "acquired", "opened", "probed", "claimed", "recovered", "published"}
+	steps := []string{"expired", "acquired", "opened", "claimed", "recovered", "published"}
 	byMsg := map[string]string{
-		"serving a database": "acquired", chaosOpened: "opened", "outbox processor started": "probed",
+		"serving a database": "acquired", chaosOpened: "opened",
 		chaosFirstClaim: "claimed", chaosFirstRecov: "recovered",
 	}
 	want := map[string]bool{}

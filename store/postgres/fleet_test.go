@@ -159,6 +159,33 @@ func (d *deadLeaser) ShardRenew(ctx context.Context, p outbox.ShardRenewParams) 
 	return d.ShardLeaser.ShardRenew(ctx, p)
 }
 
+// fleetSetup begins a parallel fleet test: a pool of up to conns
+// connections and a schema on the test server, a context that ends after
+// timeout (or with the test), and a ShardLeaser migrated in the schema.
+func fleetSetup(t *testing.T, conns int32, timeout time.Duration) (testbackend.PostgresSchema, context.Context, *postgres.ShardLeaser) {
+	t.Helper()
+	t.Parallel()
+	pg := testbackend.Postgres(t, conns)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	return pg, ctx, migratedLeaser(ctx, t, pg.Pool, pg.Name)
+}
+
+// runFleet runs f until the stop it returns is called, which waits for
+// Run to return and fails t on its error.
+func runFleet(t *testing.T, ctx context.Context, f *outbox.Fleet) (stop func()) {
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.Run(fctx) }()
+	return func() {
+		t.Helper()
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 // migratedLeaser returns a ShardLeaser with its tables in schema.
 func migratedLeaser(ctx context.Context, t *testing.T, db postgres.DB, schema string) *postgres.ShardLeaser {
 	t.Helper()
@@ -233,11 +260,7 @@ func fleetDatabases(ctx context.Context, t *testing.T, pg testbackend.PostgresSc
 // leases expire, it having stopped its processors before. Nothing is lost,
 // FIFO holds per group, and each database's leases never overlap.
 func TestFleet(t *testing.T) {
-	t.Parallel()
-	pg := testbackend.Postgres(t, 8)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	leaser := migratedLeaser(ctx, t, pg.Pool, pg.Name)
+	pg, ctx, leaser := fleetSetup(t, 8, 3*time.Minute)
 	dbs, outboxes := fleetDatabases(ctx, t, pg, 8)
 
 	log := &fleetLog{}
@@ -389,11 +412,7 @@ func TestFleet(t *testing.T) {
 // TestFleetFollowsDatabaseList: a database added to the list is served at
 // the next listing, and one removed is stopped and its lease released.
 func TestFleetFollowsDatabaseList(t *testing.T) {
-	t.Parallel()
-	pg := testbackend.Postgres(t, 8)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	leaser := migratedLeaser(ctx, t, pg.Pool, pg.Name)
+	pg, ctx, leaser := fleetSetup(t, 8, time.Minute)
 	var mu sync.Mutex
 	listed := []string{pg.Name + "_x", pg.Name + "_y"}
 	f, err := outbox.NewFleet(outbox.FleetConfig{
@@ -419,9 +438,7 @@ func TestFleetFollowsDatabaseList(t *testing.T) {
 	for _, s := range []string{"_x", "_y", "_z"} {
 		t.Cleanup(func() { _, _ = pg.Pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pg.Name+s+" CASCADE") })
 	}
-	fctx, fcancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- f.Run(fctx) }()
+	stop := runFleet(t, ctx, f)
 	serving := func(want ...string) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
@@ -457,20 +474,13 @@ func TestFleetFollowsDatabaseList(t *testing.T) {
 			t.Fatalf("the lease of a database no longer listed is still held: %+v", l)
 		}
 	}
-	fcancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 }
 
 // TestShardLeaseExpiresAt: a lease taken or renewed tells when it runs
 // out, by the database's clock; a released one tells nothing.
 func TestShardLeaseExpiresAt(t *testing.T) {
-	t.Parallel()
-	pg := testbackend.Postgres(t, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	leaser := migratedLeaser(ctx, t, pg.Pool, pg.Name)
+	pg, ctx, leaser := fleetSetup(t, 2, time.Minute)
 	var before time.Time
 	if err := pg.Pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&before); err != nil {
 		t.Fatal(err)
@@ -501,7 +511,8 @@ func TestShardLeaseExpiresAt(t *testing.T) {
 
 // startWatchStore is a database's store in TestFleetStartsInTurn: it
 // records when the fleet opened it, when its first claim returned, and
-// whether lease recovery or wake-ups were asked for before that.
+// whether a probe (a one-message list), lease recovery or wake-ups were
+// asked for before that.
 type startWatchStore struct {
 	*postgres.Store
 	w  *startWatch
@@ -518,7 +529,7 @@ type startWatch struct {
 	opened      []string // in order
 	starting    int      // opened, first claim not returned yet
 	maxStarting int
-	early       []string // recovery or wake-ups asked for before the first claim returned
+	early       []string // a probe, recovery or wake-ups asked for before the first claim returned
 }
 
 func (w *startWatch) open(db string) {
@@ -554,6 +565,11 @@ func (s *startWatchStore) checkClaimed(what string) {
 	}
 }
 
+func (s *startWatchStore) MessageList(ctx context.Context, p outbox.MessageListParams) (outbox.MessagePage, error) {
+	s.checkClaimed("probe")
+	return s.Store.MessageList(ctx, p)
+}
+
 func (s *startWatchStore) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
 	s.checkClaimed("recovery")
 	return s.Store.MessageRecover(ctx, p)
@@ -568,17 +584,13 @@ func (s *startWatchStore) Wakeups(ctx context.Context) <-chan struct{} {
 // their leases expire (not up to a renewal period later) and start in
 // turn, MaxStarting at a time, those whose leases expired first before the
 // others; a database's lease recovery and wake-ups wait for its first
-// claim. Unbounded, a dead member's few dozen databases all started at
+// claim, which no probe precedes (it is the probe). Unbounded, a dead member's few dozen databases all started at
 // once on the instance that took them, and their first claims queued
 // behind each other's opening calls in the fleet's store-call budget,
 // long enough on a busy machine for the processor to count the claimed
 // leases as expired and leave the messages to recovery.
 func TestFleetStartsInTurn(t *testing.T) {
-	t.Parallel()
-	pg := testbackend.Postgres(t, 16)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	leaser := migratedLeaser(ctx, t, pg.Pool, pg.Name)
+	pg, ctx, leaser := fleetSetup(t, 16, 2*time.Minute)
 	const n = 10
 	dbs, outboxes := fleetDatabases(ctx, t, pg, n)
 	for _, db := range dbs {
@@ -623,15 +635,10 @@ func TestFleetStartsInTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fctx, fcancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- f.Run(fctx) }()
+	stop := runFleet(t, ctx, f)
 	log.await(t, 2*n, time.Minute)
 	st := f.Status()
-	fcancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	log.check(t, func() map[string]int {
 		m := map[string]int{}
 		for _, db := range dbs {
@@ -712,11 +719,7 @@ func (s *slotStore) MessagePendingTopics(ctx context.Context, p outbox.MessagePe
 // expired leases before publishing any of them, leaving them to recovery
 // (each claimed twice).
 func TestFleetClaimAfterSlotWait(t *testing.T) {
-	t.Parallel()
-	pg := testbackend.Postgres(t, 4)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	leaser := migratedLeaser(ctx, t, pg.Pool, pg.Name)
+	pg, ctx, leaser := fleetSetup(t, 4, time.Minute)
 	dbs, outboxes := fleetDatabases(ctx, t, pg, 1)
 	st := &slotStore{firstClaim: make(chan struct{}), held: make(chan struct{}), hold: make(chan struct{})}
 	const (
@@ -738,9 +741,7 @@ func TestFleetClaimAfterSlotWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fctx, fcancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- f.Run(fctx) }()
+	stop := runFleet(t, ctx, f)
 	select {
 	case <-st.firstClaim:
 	case <-ctx.Done():
@@ -763,10 +764,7 @@ func TestFleetClaimAfterSlotWait(t *testing.T) {
 	}
 	log.await(t, n, 20*time.Second)
 	status := f.Status()
-	fcancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	log.check(t, map[string]int{dbs[0]: n})
 	if len(status.Shards) != 1 {
 		t.Fatalf("serving %d databases, want 1", len(status.Shards))
