@@ -28,14 +28,16 @@ import (
 const logSettings = `SELECT set_config('jit', 'off', true),
 	set_config('enable_seqscan', 'off', true)`
 
-// Claim tuning. The log window reads logWindow messages from the floor;
+// Claim tuning. The log window reads between logWindowMin and logWindow
+// messages from the floor (see logClaimState.window);
 // the floor and the marks window start logMargin back, so a message or
 // mark that committed after a later one was read is still found (a
 // transaction that drew its sequence number first and committed last).
 // The backstop, which probes every registered group, runs at most every
-// logBackstopMax and at least 20 times its own duration apart.
+// logBackstopMax and at least 50 times its own duration apart.
 const (
 	logWindow       = 3000
+	logWindowMin    = 256
 	logMargin       = 1000
 	logBackstopMin  = time.Second
 	logBackstopMax  = 30 * time.Second
@@ -77,6 +79,11 @@ type logClaimState struct {
 	// carry is the groups the last claim locked and did not lease: the
 	// next claim looks at them first.
 	carry []logGroupKey
+	// window is how many messages the next claim's log window reads (0:
+	// logWindow). It halves after a claim that found the groups it looked
+	// for, and doubles after one that read its whole window without: its
+	// cost is that window's rows, whatever the claim takes.
+	window int
 }
 
 // state returns the claim state of the topic set key.
@@ -143,12 +150,14 @@ const logHead = `SELECT b.seq, b.status, b.next_attempt_at FROM {T} b
 // (key space logClaimLockKey, namespace $9; a claim never waits, and
 // passes a group another claim holds). The groups locked whose estimated
 // runs (at most $3 each) fill $2 are returned for the take; the others
-// locked are returned marked 1, to carry. Topics: $8 (NULL: all). Fair share adds, for each of
-// the next 8 tenants after $11 with no message in the log window, its
-// first claimable group. The first row carries the next floor (before the
-// first claimable group passed or left behind, and before the first group
-// not read when the reading stopped early), the last mark read, and the
-// tenant the next fair share starts after.
+// locked are returned marked 1, to carry. Topics: $8 (NULL: all). Fair
+// share adds, for each of the next 8 tenants after $11 with no message in
+// the log window, its first claimable group. The first row carries
+// whether the groups looked for were found (1) or the window was read
+// whole without them (2), the next floor (before the first claimable group
+// passed or left behind, and before the first group not read when the
+// reading stopped early), the last mark read, and the tenant the next fair
+// share starts after.
 var logCandidates = `WITH RECURSIVE tn AS (
 	-- Fair share: the tenants after $11 in the registry (a loose index
 	-- scan, one descent each).
@@ -228,7 +237,10 @@ var logCandidates = `WITH RECURSIVE tn AS (
 	-- commit): as many as the estimated runs need to fill the claim.
 	SELECT c.tenant, c.topic, c.grp, c.part, c.first, c.head FROM c WHERE c.before < $2
 )
-SELECT NULL::text, NULL::text, NULL::text, NULL::bigint,
+SELECT NULL::text, NULL::text, NULL::text,
+	-- 1: the groups looked for were found; 2: the log window was read
+	-- whole without finding them.
+	CASE WHEN (SELECT count(*) FROM e) >= $10 THEN 1 WHEN (SELECT sum(n) FROM w0) >= $4 THEN 2 ELSE 0 END::bigint,
 	coalesce(least(
 		(SELECT min(c.head) - 1 FROM c WHERE c.first > 0 AND c.before >= $2),
 		(SELECT min(e.head) - 1 FROM e WHERE e.first > 0 AND NOT e.got),
@@ -367,7 +379,7 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 		}
 		// The marks and due windows go on where they were: reading them
 		// from the start would cost every mark and retry ever written.
-		c.backstop = time.Now().Add(min(max(20*took, logBackstopMin), logBackstopMax))
+		c.backstop = time.Now().Add(min(max(50*took, logBackstopMin), logBackstopMax))
 		c.mu.Unlock()
 	}
 	c.mu.Lock()
@@ -381,6 +393,10 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	}
 	carried := c.carry
 	c.carry = nil
+	window := c.window
+	if window == 0 {
+		window = logWindow
+	}
 	c.mu.Unlock()
 	var cts, cps, cgs []string
 	var cparts []int64
@@ -398,9 +414,10 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	var nextFair *string
 	var snapXmin *int64
 	var taken, carry []logGroupKey
+	var found int64
 	err := s.logTx(ctx, func(tx pgx.Tx) error {
 		msgs, taken, carry = nil, nil, nil
-		rows, err := tx.Query(ctx, s.lsql.logCandidates, now, p.Limit, run, logWindow, from, markSeen, dueFrom, topics,
+		rows, err := tx.Query(ctx, s.lsql.logCandidates, now, p.Limit, run, window, from, markSeen, dueFrom, topics,
 			s.groupNS+logClaimLockKey, groupsCap, fairFrom, xmin, floor, markTop, runGuess, cts, cps, cgs, cparts)
 		if err != nil {
 			return err
@@ -417,6 +434,7 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 			switch {
 			case g == nil:
 				nextFloor, lastMark, nextFair, snapXmin = f, mk, ft, xm
+				found = *part
 			case f != nil:
 				carry = append(carry, logGroupKey{tenant: *t, topic: *tp, grp: *g, part: *part})
 			default:
@@ -471,6 +489,12 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	}
 	c.mu.Lock()
 	c.carry = append(c.carry, carry...)
+	switch found {
+	case 1:
+		c.window = max(window/2, logWindowMin)
+	case 2:
+		c.window = min(window*2, logWindow)
+	}
 	if runs > 0 {
 		r := float64(inRuns) / float64(runs)
 		if c.run == 0 {
