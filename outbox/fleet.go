@@ -34,7 +34,8 @@ import (
 //     through MaxStoreCalls slots shared by all the instance's databases,
 //     lease recoveries through at most a quarter of them.
 //   - Starts in turn: a database taken starts (its store opened, its
-//     processor's probe and first claim) while fewer than MaxStarting others
+//     processor's first claim, which is its start-up probe unless the
+//     store has a Ping) while fewer than MaxStarting others
 //     are starting, those whose previous lease expired first before the
 //     others; its processor's lease recovery and wake-ups (a LISTEN
 //     connection on PostgreSQL) begin once its first claim returned and no
