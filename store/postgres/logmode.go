@@ -23,9 +23,9 @@ type logSQL struct {
 	// unordered dead letter to the end too (its own group's done mark has
 	// passed its old place).
 	cancel, requeue string
-	// prune finds its victims through the view (a message its group's
-	// marks finished is still PENDING in its row).
-	prune string
+	// The prune of the messages the marks finished, whose rows are still
+	// PENDING (logprune.go).
+	pruneGroups, pruneUnordered string
 	// enqueue registers each ordered group the first time it is enqueued
 	// to (the backstop's list); sqlText's other statements are unused.
 	enqueue sqlText
@@ -51,23 +51,19 @@ func buildLogSQL(s *Store) logSQL {
 ), ins AS (`, 1)
 	}
 	return logSQL{
-		enqueue:       enq,
-		logCandidates: q(logCandidates),
-		logTake:       q(logTake),
-		logBackstop:   q(logBackstop),
-		logLockGroups: q(logLockGroups),
-		logLockKnown:  q(logLockKnown),
-		logRuns:       q(logRuns),
-		logWrite:      q(logWrite),
-		logExpired:    q(logExpired),
-		logRecover:    q(logRecover),
-		logWake:       q(logWake),
-		// The victims are not row-locked (a view of joins cannot be);
-		// the delete checks each row's time again, so a dead letter
-		// requeued meanwhile (its time moved to the requeue's) is kept.
-		prune: strings.NewReplacer("SELECT id FROM "+s.messages, "SELECT id FROM "+s.stateView(),
-			"FOR UPDATE SKIP LOCKED", "",
-			"WHERE m.id = v.id RETURNING", "WHERE m.id = v.id AND m.updated_at < $1 RETURNING").Replace(s.sql.prune),
+		enqueue:        enq,
+		logCandidates:  q(logCandidates),
+		logTake:        q(logTake),
+		logBackstop:    q(logBackstop),
+		logLockGroups:  q(logLockGroups),
+		logLockKnown:   q(logLockKnown),
+		logRuns:        q(logRuns),
+		logWrite:       q(logWrite),
+		logExpired:     q(logExpired),
+		logRecover:     q(logRecover),
+		logWake:        q(logWake),
+		pruneGroups:    q(logPruneGroups),
+		pruneUnordered: q(logPruneUnordered),
 		cancel: strings.Replace(s.sql.cancel, "AND status IN ('PENDING', 'FAILED')",
 			"AND status IN ('PENDING', 'FAILED') AND id IN (SELECT v.id FROM "+s.stateView()+
 				" v WHERE v.tenant = $1 AND v.id = $2 AND v.status IN ('PENDING', 'FAILED'))", 1),
@@ -160,14 +156,6 @@ func (s *Store) logOperate(ctx context.Context, ids []string, now time.Time, fn 
 		_, err = tx.Exec(ctx, s.lsql.logWake, ids, now)
 		return err
 	})
-}
-
-// pruneSQL is the prune statement of the store's path.
-func (s *Store) pruneSQL() string {
-	if s.logMode {
-		return s.lsql.prune
-	}
-	return s.sql.prune
 }
 
 func init() {

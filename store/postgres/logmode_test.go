@@ -190,3 +190,89 @@ func TestLogModeClaimPassesHeldGroups(t *testing.T) {
 		t.Fatalf("claim once g0 is free took %d messages (first %+v), want g0's 5", len(got), got)
 	}
 }
+
+// Prune on the append-only path deletes the messages the marks finished
+// (their rows stay PENDING), at most its limit, and sweeps the marks no
+// read needs: a group keeps its latest mark and those its live rows read.
+func TestLogModePruneSweepsMarks(t *testing.T) {
+	t.Parallel()
+	s, pg := newStore(t, false)
+	postgres.EnableLogMode(s)
+	ob := outbox.New[pgx.Tx](s, outbox.Options{})
+	ctx := context.Background()
+	t0 := time.Now().Add(time.Second)
+	var msgs []outbox.Message
+	for i := range 30 {
+		msgs = append(msgs, msg("t", fmt.Sprintf("g%d", i%3), i))
+	}
+	for i := range 5 {
+		msgs = append(msgs, msg("t", "", 100+i))
+	}
+	if _, err := ob.Enqueue(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	sendAll := func(at time.Time, want int) {
+		t.Helper()
+		total := 0
+		for range 100 {
+			got, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 7, Owner: "p", Now: at})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) == 0 {
+				break
+			}
+			var outs []outbox.Outcome
+			for _, m := range got {
+				outs = append(outs, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
+			}
+			if res, err := s.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Now: at, Outcomes: outs}); err != nil || len(res.LeaseLost) > 0 {
+				t.Fatalf("finish: %+v, %v", res, err)
+			}
+			total += len(got)
+		}
+		if total != want {
+			t.Fatalf("sent %d, want %d", total, want)
+		}
+	}
+	sendAll(t0, 35)
+	// Later messages of the same groups, not finished.
+	if _, err := ob.Enqueue(ctx, msg("t", "g0", 200), msg("t", "g1", 201), msg("t", "g2", 202)); err != nil {
+		t.Fatal(err)
+	}
+	marks := func() (ordered, unordered int) {
+		t.Helper()
+		if err := pg.Pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE part = 0), count(*) FILTER (WHERE part > 0) FROM "+s.Schema()+".outbox_marks").Scan(&ordered, &unordered); err != nil {
+			t.Fatal(err)
+		}
+		return ordered, unordered
+	}
+	if o, u := marks(); o <= 3 || u != 10 {
+		t.Fatalf("marks before the prune: %d ordered, %d unordered; want more than 3 and 10", o, u)
+	}
+	// Nothing finished before the cutoff: nothing goes.
+	if n, err := s.MessagePrune(ctx, outbox.MessagePruneParams{Before: t0.Add(-time.Minute)}); err != nil || n != 0 {
+		t.Fatalf("prune before anything finished: %d, %v", n, err)
+	}
+	n, err := s.MessagePrune(ctx, outbox.MessagePruneParams{Before: t0.Add(time.Minute), Limit: 4})
+	if err != nil || n != 4 {
+		t.Fatalf("prune with limit 4: %d, %v", n, err)
+	}
+	n, err = s.MessagePrune(ctx, outbox.MessagePruneParams{Before: t0.Add(time.Minute)})
+	if err != nil || n != 31 {
+		t.Fatalf("second prune: %d, %v; want the 31 left", n, err)
+	}
+	cnt, err := s.MessageCount(ctx, outbox.MessageCountParams{})
+	if err != nil || cnt[outbox.StatusPending] != 3 || cnt[outbox.StatusSent] != 0 {
+		t.Fatalf("counts after the prune: %v, %v; want 3 PENDING and nothing else", cnt, err)
+	}
+	if o, u := marks(); o != 3 || u != 0 {
+		t.Fatalf("marks after the prune: %d ordered, %d unordered; want each group's latest only", o, u)
+	}
+	// The groups go on from where their marks left them.
+	sendAll(t0.Add(2*time.Minute), 3)
+	cnt, err = s.MessageCount(ctx, outbox.MessageCountParams{})
+	if err != nil || cnt[outbox.StatusSent] != 3 || cnt[outbox.StatusPending] != 0 {
+		t.Fatalf("counts once the later messages are sent: %v, %v", cnt, err)
+	}
+}

@@ -309,7 +309,13 @@ func (s *Store) MessagePrune(ctx context.Context, p outbox.MessagePruneParams) (
 		}
 		return n, nil
 	}
-	if err := s.db.QueryRow(ctx, s.pruneSQL(), before, limit, sts, p.Topic).Scan(&n); err != nil {
+	var err error
+	if s.logMode {
+		n, err = s.logPrune(ctx, before, limit, sts, p.Topic)
+	} else {
+		err = s.db.QueryRow(ctx, s.sql.prune, before, limit, sts, p.Topic).Scan(&n)
+	}
+	if err != nil {
 		return 0, wrapErr("prune", err)
 	}
 	// After a large prune the statistics describe a table that is gone.
