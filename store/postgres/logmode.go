@@ -84,8 +84,31 @@ func (s *Store) enableLogMode() {
 		s.deleteSent[t] = true
 	}
 	s.lread = buildSQL(&Store{opts: s.opts, messages: s.stateView(), attempts: s.attempts, pauses: s.pauses})
-	s.lread.pendingTopics = strings.NewReplacer("{T}", s.messages, "{K}", s.marksTable(), "{G}", s.groupsTable()).Replace(logPendingTopics)
+	r := strings.NewReplacer("{T}", s.messages, "{K}", s.marksTable(), "{G}", s.groupsTable())
+	s.lread.pendingTopics = r.Replace(logPendingTopics)
+	s.lread.count = r.Replace(strings.NewReplacer("{WHERE}", "tenant = $1", "{MWHERE}", "m.tenant = $1").Replace(logCount))
+	s.lread.countAll = r.Replace(strings.NewReplacer("{WHERE}", "true", "{MWHERE}", "true").Replace(logCount))
 }
+
+// logCount counts messages by status on the append-only path: a row whose
+// own status is not PENDING counts as it is; a PENDING row takes its status
+// from its group's latest mark, read once per group (the marks table holds
+// each group's latest and what its live rows read, see logprune.go), not
+// once per row as the state view does.
+const logCount = `WITH lm AS MATERIALIZED (
+	SELECT DISTINCT ON (tenant, topic, grp, part) tenant, topic, grp, part, kind, done, upto FROM {K}
+	WHERE {WHERE}
+	ORDER BY tenant, topic, grp, part, mseq DESC
+)
+SELECT status, count(*) FROM (
+	SELECT status FROM {T} WHERE {WHERE} AND status <> 'PENDING'
+	UNION ALL
+	SELECT CASE WHEN m.seq <= k.done THEN 'SENT' WHEN k.kind = 'lease' AND m.seq <= k.upto THEN 'PROCESSING' ELSE 'PENDING' END
+	FROM {T} m LEFT JOIN lm k ON k.tenant = m.tenant AND k.topic = m.topic AND k.grp = m.grp
+		AND k.part = CASE WHEN m.grp = '' THEN m.seq ELSE 0 END
+	WHERE {MWHERE} AND m.status = 'PENDING'
+) c
+GROUP BY status`
 
 // logPendingTopics is pendingTopicsSQL on the append-only path, where a
 // finished message's row stays PENDING: per registered group of a topic
