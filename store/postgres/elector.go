@@ -114,10 +114,13 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error
 			}
 			continue
 		}
-		e.campaign(ctx, conn, lead)
+		led := e.campaign(ctx, conn, lead)
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = conn.Close(closeCtx)
 		cancel()
+		if led {
+			e.awaitReleased(context.WithoutCancel(ctx))
+		}
 		if ctx.Err() == nil && !sleepCtx(ctx, e.opts.RetryInterval) {
 			return nil
 		}
@@ -125,33 +128,59 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error
 	return nil
 }
 
-// campaign uses conn until it fails or ctx ends.
-func (e *Elector) campaign(ctx context.Context, conn *pgx.Conn, lead func(ctx context.Context)) {
+// awaitReleased waits, for at most releaseWait, until the server no longer
+// holds the election's lock for the session just closed: a session's
+// locks go when its backend exits, which a closed connection only starts
+// (a context's end cuts the lock's connection off mid-read, so the lock
+// cannot always be released by pg_advisory_unlock). Run returns once the
+// election is free to take.
+func (e *Elector) awaitReleased(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, releaseWait)
+	defer cancel()
+	for {
+		var held bool
+		err := e.s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND classid = ($1::int4)::oid AND objid = ($2::int4)::oid AND objsubid = 2)`, e.nsKey, e.key).Scan(&held)
+		if err != nil || !held || !sleepCtx(ctx, 10*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// releaseWait bounds how long Run waits for the server to drop the lock of
+// a session it closed.
+const releaseWait = 2 * time.Second
+
+// campaign uses conn until it fails or ctx ends; it reports whether it led.
+func (e *Elector) campaign(ctx context.Context, conn *pgx.Conn, lead func(ctx context.Context)) (led bool) {
 	for ctx.Err() == nil {
 		var got bool
 		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1::int4, $2::int4)`, e.nsKey, e.key).Scan(&got); err != nil {
 			if ctx.Err() == nil {
 				e.s.log.WarnContext(ctx, "outboxkit/postgres: elector lost its connection", "err", err)
 			}
-			return
+			return led
 		}
 		if !got {
 			if !sleepCtx(ctx, e.opts.RetryInterval) {
-				return
+				return led
 			}
 			continue
 		}
+		led = true
 		healthy := e.lead(ctx, conn, lead)
 		if !healthy {
-			return
+			return led
 		}
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		_, err := conn.Exec(uctx, `SELECT pg_advisory_unlock($1::int4, $2::int4)`, e.nsKey, e.key)
 		cancel()
 		if err != nil {
-			return
+			return led
 		}
 	}
+	return led
 }
 
 // lead runs the leader's term; it reports whether conn is still healthy.

@@ -158,8 +158,13 @@ func testSever(t *testing.T, h ElectorHarness) {
 	for range 3 {
 		c.start(false)
 	}
-	c.waitFor("a leader", c.margin(), func() bool { return c.leaders() == 1 })
-	old := c.leader()
+	// The leader is read in the same check as the count: a term may end
+	// between two reads.
+	var old *contender
+	c.waitFor("a leader", c.margin(), func() bool {
+		old = c.leader()
+		return c.leaders() == 1 && old != nil
+	})
 	before := c.totalTerms()
 	c.mu.Lock()
 	c.severed[old] = true
