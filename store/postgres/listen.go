@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outboxkit/internal/elect"
 )
 
 // Listener timings; variables so tests can shorten them.
@@ -66,16 +68,9 @@ func wake(ch chan<- struct{}) {
 	}
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+// sleepCtx is elect.Sleep: it sleeps for d or until ctx ends and reports
+// whether ctx is still alive. The listener and the Elector call it.
+var sleepCtx = elect.Sleep
 
 func (s *Store) listenLoop(ctx context.Context, ch chan struct{}) {
 	defer close(ch)
