@@ -276,33 +276,17 @@ func (c *lpClaimer) explain(ctx context.Context, from int64, lease float64) erro
 			return err
 		}
 	}
-	args := []any{from, c.window, c.limit, c.perGrp, max(c.markSeen-int64(c.margin), 0), c.dueFrom, lease}
+	args := c.candArgs(from, lease)
 	out := fmt.Sprintf("--- explain at claim %d (floor %d, markSeen %d, dueFrom %s)\n", c.claims, c.floor, c.markSeen, c.dueFrom.Format(time.RFC3339Nano))
-	var ts, ps, gs []string
-	var parts []int64
-	rows, err := tx.Query(ctx, c.s.q["cand"], args...)
+	cands, err := readCands(ctx, tx, c.s.q["cand"], args)
 	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var t, p, g *string
-		var part, f, mk *int64
-		var at *time.Time
-		if err := rows.Scan(&t, &p, &g, &part, &f, &mk, &at); err != nil {
-			return err
-		}
-		if g != nil {
-			ts, ps, gs, parts = append(ts, *t), append(ps, *p), append(gs, *g), append(parts, *part)
-		}
-	}
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	for _, q := range []struct {
 		name string
 		sql  string
 		args []any
-	}{{"cand", c.s.q["cand"], args}, {"take", c.s.q["take"], []any{ts, ps, gs, c.perGrp, int64(1), lease, parts}}} {
+	}{{"cand", c.s.q["cand"], args}, {"take", c.s.q["take"], cands.takeArgs(c.perGrp, 1, lease)}} {
 		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q.sql, q.args...)
 		if err != nil {
 			return err
@@ -321,6 +305,59 @@ func (c *lpClaimer) explain(ctx context.Context, from int64, lease float64) erro
 	}
 	fmt.Fprint(os.Stderr, out)
 	return nil
+}
+
+// candArgs are the arguments of the claim's candidates statement (cand),
+// the windows starting where the previous claim left them.
+func (c *lpClaimer) candArgs(from int64, lease float64) []any {
+	return []any{from, c.window, c.limit, c.perGrp, max(c.markSeen-int64(c.margin), 0), c.dueFrom, lease}
+}
+
+// lpCands is what the candidates statement returned: the groups (and
+// unordered messages, part > 0) to take, and where its windows stand.
+type lpCands struct {
+	ts, ps, gs []string
+	parts      []int64
+	floor      int64      // the log's floor, -1 when no row carried one
+	markSeen   int64      // the newest mark read (0 when none)
+	dueAt      *time.Time // the last time a row's due window reached, nil when none
+}
+
+// readCands runs the candidates statement q with args in tx and reads its
+// rows.
+func readCands(ctx context.Context, tx pgx.Tx, q string, args []any) (lpCands, error) {
+	out := lpCands{floor: -1}
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return out, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t, p, g *string
+		var part, f, mk *int64
+		var at *time.Time
+		if err := rows.Scan(&t, &p, &g, &part, &f, &mk, &at); err != nil {
+			return out, err
+		}
+		if at != nil {
+			out.dueAt = at
+		}
+		if f != nil {
+			out.floor = *f
+		}
+		if mk != nil {
+			out.markSeen = max(out.markSeen, *mk)
+		}
+		if g != nil {
+			out.ts, out.ps, out.gs, out.parts = append(out.ts, *t), append(out.ps, *p), append(out.gs, *g), append(out.parts, *part)
+		}
+	}
+	return out, rows.Err()
+}
+
+// takeArgs are the arguments of the take statement for these candidates.
+func (cs lpCands) takeArgs(perGrp int, token int64, lease float64) []any {
+	return []any{cs.ts, cs.ps, cs.gs, perGrp, token, lease, cs.parts}
 }
 
 // claim leases up to limit messages; it returns them with the runs to
@@ -363,49 +400,27 @@ func (c *lpClaimer) claim(ctx context.Context) ([]outbox.Message, []lpRun, int64
 			}
 		}
 		lease := cmp.Or(c.lease, 30*time.Second).Seconds()
-		rows, err := tx.Query(ctx, c.s.q["cand"], from, c.window, c.limit, c.perGrp, max(c.markSeen-int64(c.margin), 0), c.dueFrom, lease)
+		cands, err := readCands(ctx, tx, c.s.q["cand"], c.candArgs(from, lease))
 		if err != nil {
 			return err
 		}
-		var ts, ps, gs []string
-		var parts []int64
-		floor := int64(-1)
-		for rows.Next() {
-			var t, p, g *string
-			var part, f, mk *int64
-			var at *time.Time
-			if err := rows.Scan(&t, &p, &g, &part, &f, &mk, &at); err != nil {
-				return err
-			}
-			if at != nil {
-				// The time windows cover the time since the last claim,
-				// less a second: a mark that came due before this
-				// statement but committed after it is read by the next
-				// one. (Reading them once a second instead, with a time
-				// far ahead in between, made PostgreSQL's cached generic
-				// plan for the statement ten times slower.)
-				c.dueFrom = at.Add(-time.Second)
-			}
-			if f != nil {
-				floor = *f
-			}
-			if mk != nil {
-				c.markSeen = max(c.markSeen, *mk)
-			}
-			if g != nil {
-				ts, ps, gs, parts = append(ts, *t), append(ps, *p), append(gs, *g), append(parts, *part)
-			}
+		if cands.dueAt != nil {
+			// The time windows cover the time since the last claim, less a
+			// second: a mark that came due before this statement but
+			// committed after it is read by the next one. (Reading them
+			// once a second instead, with a time far ahead in between, made
+			// PostgreSQL's cached generic plan for the statement ten times
+			// slower.)
+			c.dueFrom = cands.dueAt.Add(-time.Second)
 		}
-		if err := rows.Err(); err != nil {
-			return err
+		c.markSeen = max(c.markSeen, cands.markSeen)
+		if cands.floor > c.floor {
+			c.floor = cands.floor
 		}
-		if floor > c.floor {
-			c.floor = floor
-		}
-		if len(gs) == 0 {
+		if len(cands.gs) == 0 {
 			return nil
 		}
-		rows, err = tx.Query(ctx, c.s.q["take"], ts, ps, gs, c.perGrp, token, lease, parts)
+		rows, err := tx.Query(ctx, c.s.q["take"], cands.takeArgs(c.perGrp, token, lease)...)
 		if err != nil {
 			return err
 		}

@@ -304,3 +304,17 @@ func TestLogProtoUnordered(t *testing.T) {
 		t.Fatalf("claimed %v; want the retried message %d once it was due", seqs(got), retried.Seq)
 	}
 }
+
+// TestLogProtoExplainTakesNothing: with -lp-explain, each claim first
+// explains its two statements in a transaction it rolls back, reading the
+// candidates as the claim does; the claim after it still leases the whole
+// run.
+func TestLogProtoExplainTakesNothing(t *testing.T) {
+	m := outbox.Message{Topic: "bench", Group: "g", Payload: []byte(`{}`)}
+	s := lpSetup(t, m, m, m)
+	c := &lpClaimer{s: s, window: 100, perGrp: 100, limit: 100, margin: 100, explainEvery: time.Nanosecond}
+	msgs, runs, _ := claimUntil(t, c)
+	if len(msgs) != 3 || len(runs) != 1 {
+		t.Fatalf("claim after explain: %d messages in %d runs, want 3 in 1", len(msgs), len(runs))
+	}
+}
