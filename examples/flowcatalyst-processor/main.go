@@ -139,7 +139,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 			// collection: store/mongo names its locks collection
 			// <prefix>locks.
 			ls, err := mongostore.New(db, mongostore.Options{
-				CollectionPrefix: strings.TrimSuffix(seedmongo.DefaultLocksCollection, "locks"), Logger: log,
+				TablePrefix: strings.TrimSuffix(seedmongo.DefaultLocksCollection, "locks"), Logger: log,
 			})
 			if err != nil {
 				return err

@@ -34,7 +34,9 @@ const claimRounds = 3
 //  3. under the locks, read in one query the locked unordered messages and
 //     each locked group's open messages in Seq order, and take the run of
 //     PENDING due messages from each group's head (nothing when the head
-//     is PROCESSING or waits for a retry);
+//     is PROCESSING or waits for a retry): at most Options.ClaimPerGroup
+//     of each group while other groups fill the claim, more of the oldest
+//     groups when the claim has room left;
 //  4. lease them with one bulk write, fenced by status and attempt count
 //     (see updateFenced); when every lease applied, the claimed messages
 //     are the ones read under the locks, else the ones that carry this
@@ -99,12 +101,14 @@ func (s *Store) dueFilter(ctx context.Context, topics []string, now time.Time) (
 // lockCandidates is steps 1 to 3 of MessageClaim: it finds candidates
 // matching due, locks them (adding the locks it won to *locked, which the
 // caller deletes) and returns the claimable messages under those locks, in
-// no particular order: the locked unordered messages still due, and each
-// locked group's run of PENDING due messages from its head. While fewer
-// than limit ordered messages were found and the groups read filled the
+// no particular order (see takeRuns): the locked unordered messages still
+// due, and each locked group's run of PENDING due messages from its head.
+// While fewer than limit ordered messages were found (a group's run
+// counting up to Options.ClaimPerGroup) and the groups read filled the
 // page, it looks for further groups, up to claimRounds rounds.
 func (s *Store) lockCandidates(ctx context.Context, due bson.D, limit int, now time.Time, owner string, locked *[]string) ([]msgDoc, error) {
-	var cands []msgDoc
+	var loose []msgDoc
+	var runs [][]msgDoc
 	seenGroups := bson.A{}
 	ordered := 0
 	for round := 0; round < claimRounds && ordered < limit; round++ {
@@ -135,25 +139,54 @@ func (s *Store) lockCandidates(ctx context.Context, due bson.D, limit int, now t
 			return nil, err
 		}
 		*locked = append(*locked, won...)
-		got, n, err := s.readLocked(ctx, won, now)
+		l, r, err := s.readLocked(ctx, won, now, limit)
 		if err != nil {
 			return nil, err
 		}
-		cands, ordered = append(cands, got...), ordered+n
+		loose, runs = append(loose, l...), append(runs, r...)
+		for _, run := range r {
+			ordered += min(len(run), s.opts.ClaimPerGroup)
+		}
 		if len(groups) < want {
 			break
 		}
 	}
-	return cands, nil
+	return takeRuns(loose, runs, limit, s.opts.ClaimPerGroup), nil
+}
+
+// takeRuns returns a claim's candidates: the unordered messages loose, and
+// from each group's run (in Seq order, from its head) its first per
+// messages; then, while these are fewer than limit, the rest of the runs
+// cut at per, oldest group first, until limit. So one group contributes at
+// most per messages while other groups fill the claim, and a deep backlog
+// in a few groups still fills it. Every group contributes a prefix of its
+// run.
+func takeRuns(loose []msgDoc, runs [][]msgDoc, limit, per int) []msgDoc {
+	out := loose
+	for _, run := range runs {
+		out = append(out, run[:min(len(run), per)]...)
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i][0].Seq < runs[j][0].Seq })
+	for _, run := range runs {
+		room := limit - len(out)
+		if room <= 0 {
+			break
+		}
+		if len(run) > per {
+			out = append(out, run[per:min(len(run), per+room)]...)
+		}
+	}
+	return out
 }
 
 // readLocked is step 3 of MessageClaim: under the locks won (message and
 // group lock keys), it reads in one query the locked unordered messages
 // and each locked group's open messages in Seq order, and returns those
-// still claimable at now (n of them ordered): an unordered message still
-// PENDING and due, and a group's run of PENDING due messages from its head
-// (nothing when the head is PROCESSING or waits for a retry).
-func (s *Store) readLocked(ctx context.Context, won []string, now time.Time) (cands []msgDoc, n int, err error) {
+// still claimable at now: the unordered messages still PENDING and due
+// (loose), and each group's run of PENDING due messages from its head, at
+// most limit long (nothing when the head is PROCESSING or waits for a
+// retry).
+func (s *Store) readLocked(ctx context.Context, won []string, now time.Time, limit int) (loose []msgDoc, runs [][]msgDoc, err error) {
 	var ids, gks bson.A
 	for _, k := range won {
 		if k[0] == 'm' {
@@ -170,7 +203,7 @@ func (s *Store) readLocked(ctx context.Context, won []string, now time.Time) (ca
 		or = append(or, bson.D{{Key: "gkey", Value: bson.D{{Key: "$in", Value: gks}}}})
 	}
 	if len(or) == 0 {
-		return nil, 0, nil
+		return nil, nil, nil
 	}
 	filter := bson.D{{Key: "fin", Value: false}}
 	if len(or) == 1 {
@@ -180,7 +213,7 @@ func (s *Store) readLocked(ctx context.Context, won []string, now time.Time) (ca
 	}
 	var open []msgDoc
 	if err := s.findAll(ctx, filter, &open, options.Find().SetSort(bson.D{{Key: "gkey", Value: 1}, {Key: "seq", Value: 1}})); err != nil {
-		return nil, 0, fmt.Errorf("group heads: %w", err)
+		return nil, nil, fmt.Errorf("group heads: %w", err)
 	}
 	blocked := ""
 	for i := range open {
@@ -188,7 +221,7 @@ func (s *Store) readLocked(ctx context.Context, won []string, now time.Time) (ca
 		if d.GKey == "" {
 			// A locked unordered message, read again under its lock.
 			if d.Status == string(outbox.StatusPending) && !d.NextAt.After(now) {
-				cands = append(cands, *d)
+				loose = append(loose, *d)
 			}
 			continue
 		}
@@ -199,10 +232,15 @@ func (s *Store) readLocked(ctx context.Context, won []string, now time.Time) (ca
 			blocked = d.GKey // the run of this group ends here
 			continue
 		}
-		cands = append(cands, *d)
-		n++
+		if n := len(runs); n > 0 && runs[n-1][0].GKey == d.GKey {
+			if len(runs[n-1]) < limit {
+				runs[n-1] = append(runs[n-1], *d)
+			}
+			continue
+		}
+		runs = append(runs, []msgDoc{*d})
 	}
-	return cands, n, nil
+	return loose, runs, nil
 }
 
 // lease is step 4 of MessageClaim: it leases cands (in Seq order) to owner

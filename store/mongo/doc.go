@@ -24,7 +24,7 @@
 //
 // # Collections
 //
-// Options.CollectionPrefix (default "outbox_") names seven collections:
+// Options.TablePrefix (default "outbox_") names seven collections:
 // messages, attempts (the attempt history), locks (short-lived claim and
 // enqueue locks, and the Elector's lease for single-active mode), counters (the sequence), inbox, pauses (outbox.Admin's
 // paused topics and groups) and migrations (the applied schema versions).
@@ -51,8 +51,9 @@
 // each unordered message) it wants by inserting a document whose unique _id
 // names it: exactly one concurrent insert succeeds. Under the lock it reads
 // the group's open messages in Seq order and leases the run of PENDING due
-// messages from the head, with updates fenced by status and attempt count;
-// then it deletes the locks. Enqueue outside a transaction takes the same
+// messages from the head (at most Options.ClaimPerGroup of a group while
+// other groups fill the claim), with updates fenced by status and attempt
+// count; then it deletes the locks. Enqueue outside a transaction takes the same
 // group lock, so a claim never sees a later message of a group before an
 // earlier one; inside a transaction the single sequence counter document
 // serialises enqueuing transactions, so a group's order is its commit

@@ -22,7 +22,7 @@ func ExampleStore_Migrations() {
 		log.Fatal(err)
 	}
 	defer client.Disconnect(context.Background())
-	store, err := mongo.New(client.Database("shop"), mongo.Options{CollectionPrefix: "shop_outbox_"})
+	store, err := mongo.New(client.Database("shop"), mongo.Options{TablePrefix: "shop_outbox_"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func TestMigrateVersions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testbackend.Mongo(t)
-	s, err := mongo.New(db.DB, mongo.Options{CollectionPrefix: "ob_"})
+	s, err := mongo.New(db.DB, mongo.Options{TablePrefix: "ob_"})
 	if err != nil {
 		t.Fatal(err)
 	}

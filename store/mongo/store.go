@@ -1,6 +1,7 @@
 package mongo
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,13 +20,37 @@ import (
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
-// Options configures a Store.
+// DefaultTablePrefix is the prefix of the store's collections when
+// Options.TablePrefix is empty: outbox_messages, outbox_attempts,
+// outbox_locks, outbox_counters, outbox_inbox, outbox_pauses and
+// outbox_migrations.
+const DefaultTablePrefix = "outbox_"
+
+// DefaultClaimPerGroup is the default of Options.ClaimPerGroup. It is 10,
+// as in store/mysql and store/sqlite (store/postgres's is 100): a claim
+// already locks and reads about Limit groups, so a short run costs no round
+// trip, spreads a claim over more groups and leaves fewer messages to
+// release when a failure blocks a group.
+const DefaultClaimPerGroup = 10
+
+// Options configures a Store. The zero value is valid.
 type Options struct {
-	// CollectionPrefix names the collections: <prefix>messages,
-	// <prefix>attempts, <prefix>locks, <prefix>counters, <prefix>inbox,
-	// <prefix>pauses and <prefix>migrations.
-	// Defaults to "outbox_". Letters, digits, '_' and '.' only.
+	// TablePrefix names the collections (the store's tables):
+	// <prefix>messages, <prefix>attempts, <prefix>locks, <prefix>counters,
+	// <prefix>inbox, <prefix>pauses and <prefix>migrations. It may hold
+	// letters, digits, '_' and '.' (at most 64). Defaults to
+	// DefaultTablePrefix.
+	TablePrefix string
+	// CollectionPrefix is TablePrefix's former name. When both are set
+	// they must be equal.
+	//
+	// Deprecated: use TablePrefix, the option's name in every store.
 	CollectionPrefix string
+	// ClaimPerGroup is the most messages of one ordered group a claim takes
+	// while other groups have claimable messages too; a claim that finds
+	// fewer than its Limit takes more of the groups it cut. Defaults to
+	// DefaultClaimPerGroup.
+	ClaimPerGroup int
 	// LockTTL is how long a claim or enqueue may hold a group's lock
 	// document before another process may take it over (a process that
 	// died holding it). Claims hold locks for a few round trips only.
@@ -134,12 +159,18 @@ func New(db *mongo.Database, opts Options) (*Store, error) {
 	if db == nil {
 		return nil, outbox.InvalidParam("db", "is nil")
 	}
-	if opts.CollectionPrefix == "" {
-		opts.CollectionPrefix = "outbox_"
+	if opts.CollectionPrefix != "" && opts.TablePrefix != "" && opts.CollectionPrefix != opts.TablePrefix {
+		return nil, outbox.InvalidParam("Options.CollectionPrefix", fmt.Sprintf("%q differs from Options.TablePrefix %q: set TablePrefix only (CollectionPrefix is its former name)", opts.CollectionPrefix, opts.TablePrefix))
 	}
-	if !prefixRE.MatchString(opts.CollectionPrefix) {
-		return nil, outbox.InvalidParam("Options.CollectionPrefix", fmt.Sprintf("%q: use at most 64 letters, digits, '_' or '.'", opts.CollectionPrefix))
+	opts.TablePrefix = cmp.Or(opts.TablePrefix, opts.CollectionPrefix, DefaultTablePrefix)
+	opts.CollectionPrefix = opts.TablePrefix
+	if !prefixRE.MatchString(opts.TablePrefix) {
+		return nil, outbox.InvalidParam("Options.TablePrefix", fmt.Sprintf("%q: use at most 64 letters, digits, '_' or '.'", opts.TablePrefix))
 	}
+	if opts.ClaimPerGroup < 0 {
+		return nil, outbox.InvalidParam("Options.ClaimPerGroup", "must not be negative")
+	}
+	opts.ClaimPerGroup = cmp.Or(opts.ClaimPerGroup, DefaultClaimPerGroup)
 	if opts.LockTTL < 0 {
 		return nil, outbox.InvalidParam("Options.LockTTL", "must not be negative")
 	}
@@ -152,7 +183,7 @@ func New(db *mongo.Database, opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	p := opts.CollectionPrefix
+	p := opts.TablePrefix
 	st := &Store{
 		db:       db,
 		msgs:     db.Collection(p + "messages"),

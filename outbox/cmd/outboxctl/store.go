@@ -296,7 +296,7 @@ func (c *conn) openMongo(ctx context.Context) (*target, error) {
 			return nil, fmt.Errorf("mongodb: %s: %v", redact(c.url), redactErr(err, c.url))
 		}
 	}
-	st, err := mongo.New(client.Database(cs.Database), mongo.Options{CollectionPrefix: c.prefix})
+	st, err := mongo.New(client.Database(cs.Database), mongo.Options{TablePrefix: c.prefix})
 	if err != nil {
 		closeClient()
 		return nil, err
