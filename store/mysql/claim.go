@@ -14,16 +14,6 @@ import (
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
-// MessageClaim implements outbox.Store: it checks p, then leases up to
-// p.Limit due PENDING messages to p.Owner (PROCESSING, Attempts+1,
-// ClaimedAt = Now), keeping FIFO per group across any number of processors,
-// and returns them ordered by Seq. Claimers never wait for each other: rows
-// are locked with SELECT ... FOR UPDATE SKIP LOCKED in a READ COMMITTED
-// transaction, and a group another claimer holds is skipped.
-func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
-	return s.core.MessageClaim(ctx, p)
-}
-
 // Claim is the store's claim (sqlstore.Dialect): in one READ COMMITTED
 // transaction it leases up to p.Limit due PENDING messages to p.Owner
 // (PROCESSING, Attempts+1, ClaimedAt = now) and returns them ordered by Seq.

@@ -53,9 +53,12 @@
 // MessageListTx, the migration API with Migrations, the rendered SQL for your
 // own migration tool, and Elector, single-active mode by GET_LOCK), checked
 // at compile time, and the options TablePrefix, ClaimPerGroup, Clock and
-// Logger. Its files are those of every store: store.go, enqueue.go,
-// claim.go, finish.go, lease.go, query.go, admin.go, inbox.go, migrate.go
-// and elector.go. The database/sql code is shared with store/sqlite; what
+// Logger. Its files are those of every store (store.go, enqueue.go,
+// claim.go, finish.go, inbox.go, migrate.go and elector.go), each with
+// this store's own part of the operation; the Store's methods, which call
+// the shared code, are declared in methods.go (so go doc lists them),
+// generated from one template for both stores. The
+// database/sql code is shared with store/sqlite; what
 // is this store's own is its claim (SKIP LOCKED), its batch of outcomes
 // (one UPDATE per kind of outcome), its multi-row insert, its transactions
 // (deadlock victims retried) and GET_LOCK for migrations.

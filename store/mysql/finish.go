@@ -11,32 +11,6 @@ import (
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
-// MessageFinish implements outbox.Store: it checks p, then records the
-// batch of outcomes with the store's finish, in one transaction. Every
-// outcome is fenced by the lease (status PROCESSING, ClaimedBy = p.Owner,
-// Attempts = the outcome's Attempt, claim_token = the outcome's ClaimToken,
-// NULL for ""); one whose lease was lost changes nothing and its ID is
-// returned in LeaseLost. Sent, retry and dead
-// outcomes add a row to the attempt history; a release does not (the
-// attempt is not counted). A release with NextAttemptAt is a deferral: the
-// message is due again at that time, with LastError set from its Error; a
-// plain release keeps its due time and LastError.
-func (s *Store) MessageFinish(ctx context.Context, p outbox.MessageFinishParams) (outbox.FinishResult, error) {
-	return s.core.MessageFinish(ctx, p)
-}
-
-// MessageRecover implements outbox.Store: every PROCESSING message claimed
-// before p.ClaimedBefore goes back to PENDING (due at once) without its
-// lost attempt counted, with one more recovery, or to FAILED when that
-// recovery reaches p.MaxRecoveries (outbox.DefaultMaxRecoveries when 0),
-// blocking its group when p.DeadLetter says so. Both get LastError code
-// "lease_expired" and an attempt row, numbered like the lost claim. It works
-// in transactions of 1,000 messages, skipping rows a concurrent outcome
-// holds (SKIP LOCKED).
-func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
-	return s.core.MessageRecover(ctx, p)
-}
-
 // Finish is the store's batch of outcomes (sqlstore.Dialect): one locking
 // read of the batch's leases (heldLeases), one UPDATE per kind of outcome
 // (per-message values chosen with CASE), and one INSERT of the attempt rows

@@ -47,6 +47,11 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// The Store's methods that the shared code does are generated into
+// methods.go from one template for store/mysql and store/sqlite.
+//
+//go:generate go run ../../internal/sqlstore/genmethods -pkg mysql
+
 // Store is the MySQL/MariaDB outbox store. It is safe for concurrent use.
 // Create it with New and call Migrate before using it.
 type Store struct {
@@ -74,49 +79,6 @@ var (
 	_ outbox.Admin           = (*Store)(nil)
 	_ sqlstore.Dialect       = (*dialect)(nil)
 )
-
-// DB returns the underlying database, for the application's own
-// transactions.
-func (s *Store) DB() *sql.DB { return s.core.DB() }
-
-// Close closes every Wakeups channel and, when the store opened the
-// database itself, the database. It is safe to call more than once.
-func (s *Store) Close() error { return s.core.Close() }
-
-// InTx runs fn in a new transaction of the store's database and commits it
-// when fn returns nil (rolls back otherwise), then wakes the processors
-// listening on Wakeups, so messages enqueued in fn with
-// outbox.Outbox.EnqueueTx are claimed at once instead of at the next poll.
-//
-//	err := st.InTx(ctx, func(tx *sql.Tx) error {
-//		if _, err := tx.ExecContext(ctx, "UPDATE orders SET ..."); err != nil {
-//			return err
-//		}
-//		_, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Payload: body})
-//		return err
-//	})
-func (s *Store) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	return s.core.InTx(ctx, fn)
-}
-
-// Wakeups implements outbox.Waker: the returned channel receives a value
-// soon after messages became claimable through this store: after
-// MessageEnqueue and InTx commit, and after MessageFinish, MessageRecover,
-// MessageRequeue and MessageCancel changed something (a finished message
-// unblocks the next one of its group). Signals are coalesced: a slow reader
-// sees one value for many events. The channel is closed when ctx ends or the
-// store is closed.
-//
-// The signal is in-process only: processors in other processes find new
-// messages at their next poll. Messages enqueued with MessageEnqueueTx in a
-// transaction the application commits itself are not signalled, because the
-// store cannot see the commit: call Notify after the commit, or use InTx.
-func (s *Store) Wakeups(ctx context.Context) <-chan struct{} { return s.core.Wakeups(ctx) }
-
-// Notify wakes every Wakeups listener, e.g. right after the application
-// committed a transaction in which it enqueued messages with
-// MessageEnqueueTx. It never blocks.
-func (s *Store) Notify() { s.core.Notify() }
 
 // syntax is how MySQL's SQL text differs from SQLite's in the shared code.
 var syntax = sqlstore.Syntax{

@@ -12,17 +12,6 @@ import (
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
-// MessageClaim implements outbox.Store: it checks p, then leases up to
-// p.Limit due PENDING messages to p.Owner (PROCESSING, Attempts+1,
-// ClaimedAt = Now), keeping FIFO per group across any number of processors,
-// and returns them ordered by Seq. A claim is one BEGIN IMMEDIATE
-// transaction (claimers take SQLite's write lock in turn); groups are
-// visited from where this Store's previous claim stopped, so that with a
-// small Limit no group starves.
-func (s *Store) MessageClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
-	return s.core.MessageClaim(ctx, p)
-}
-
 // Claim is the store's claim (sqlstore.Dialect): in one BEGIN IMMEDIATE
 // transaction it leases up to p.Limit due PENDING messages to p.Owner
 // (PROCESSING, Attempts+1, ClaimedAt = now) and returns them in Seq order. It keeps FIFO

@@ -38,9 +38,12 @@
 // MessageListTx, the migration API with Migrations, the rendered SQL for your
 // own migration tool, and Elector, single-active mode within one process),
 // checked at compile time, and the options TablePrefix, ClaimPerGroup, Clock
-// and Logger. Its files are those of every store: store.go, enqueue.go,
-// claim.go, finish.go, lease.go, query.go, admin.go, inbox.go, migrate.go
-// and elector.go. The database/sql code is shared with store/mysql; what is
+// and Logger. Its files are those of every store (store.go, enqueue.go,
+// claim.go, finish.go, inbox.go, migrate.go and elector.go), each with
+// this store's own part of the operation; the Store's methods, which call
+// the shared code, are declared in methods.go (so go doc lists them),
+// generated from one template for both stores. The
+// database/sql code is shared with store/mysql; what is
 // this store's own is its claim (under BEGIN IMMEDIATE, with a per-store
 // group cursor), its batch of outcomes (one fenced UPDATE ... RETURNING per
 // outcome), its insert and its transactions.

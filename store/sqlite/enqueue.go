@@ -2,37 +2,12 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 
 	"github.com/outboxkit/outboxkit/internal/sqlstore"
 	"github.com/outboxkit/outboxkit/outbox"
 )
-
-// MessageEnqueue implements outbox.Enqueuer: it inserts p.Messages in a
-// transaction of its own, commits, and wakes the Wakeups listeners. See
-// MessageEnqueueTx.
-func (s *Store) MessageEnqueue(ctx context.Context, p outbox.MessageEnqueueParams) ([]outbox.Enqueued, error) {
-	return s.core.MessageEnqueue(ctx, p)
-}
-
-// MessageEnqueueTx implements outbox.Enqueuer[*sql.Tx]: it inserts
-// p.Messages in the caller's transaction tx, so they exist if and only if
-// tx commits. A repeated (Tenant, IdempotencyKey) inserts nothing, raises no
-// error and returns the stored message with Existed = true; tx stays
-// usable.
-//
-// The store cannot see when tx commits, so Wakeups is not signalled: use
-// InTx, call Notify after the commit, or let the processor's poll pick the
-// messages up.
-func (s *Store) MessageEnqueueTx(ctx context.Context, tx *sql.Tx, p outbox.MessageEnqueueParams) ([]outbox.Enqueued, error) {
-	return s.core.MessageEnqueueTx(ctx, tx, p)
-}
-
-// MaxPayloadBytes implements outbox.PayloadLimiter: the largest payload the
-// store holds (see the store's Options documentation).
-func (s *Store) MaxPayloadBytes() int { return s.core.MaxPayloadBytes() }
 
 // Insert inserts prepared messages with q (the caller's tx or the store's
 // connection). A conflict on (tenant, idempotency_key) inserts nothing and
