@@ -30,7 +30,7 @@ func (s *Store) MessageSearch(ctx context.Context, p outbox.MessageSearchParams)
 	w = slices.Clip(w)
 	// The rows not leased and the leased ones, merged by seq: the
 	// (tenant, seq) index leaves the leased ones out (see MessageList).
-	sel, lim := `SELECT `+msgCols+` FROM `+s.messages, ` ORDER BY seq LIMIT `+a.Add(p.Limit+1)
+	sel, lim := `SELECT `+msgCols+` FROM `+s.readTable(), ` ORDER BY seq LIMIT `+a.Add(p.Limit+1)
 	r, err := s.db.Query(ctx, `SELECT `+msgCols+` FROM ((`+
 		sel+adminsql.Where(append(w, "claimed_by IS NULL", "status <> 'PROCESSING'"))+lim+`) UNION ALL (`+
 		sel+adminsql.Where(append(w, "status = 'PROCESSING'"))+lim+`)) s`+lim, a.Vals...)
@@ -186,8 +186,12 @@ func (s *Store) TopicStats(ctx context.Context, p outbox.TopicStatsParams) ([]ou
 	}
 	a := &adminsql.Args{Dollar: true}
 	w := adminsql.Filter(textFilter(f), "", a, tsOf)
-	r, err := s.db.Query(ctx, `SELECT topic, status, count(*), min(created_at) FROM `+s.messages+
-		adminsql.Where(w)+` GROUP BY topic, status ORDER BY topic`, a.Vals...)
+	from := s.messages + adminsql.Where(w)
+	if s.logMode {
+		from = s.logStates(adminsql.Where(w))
+	}
+	r, err := s.db.Query(ctx, `SELECT topic, status, count(*), min(created_at) FROM `+from+
+		` GROUP BY topic, status ORDER BY topic`, a.Vals...)
 	if err != nil {
 		return nil, wrapErr("topic stats", err)
 	}

@@ -90,6 +90,38 @@ func (s *Store) enableLogMode() {
 	s.lread.countAll = r.Replace(strings.NewReplacer("{WHERE}", "true", "{MWHERE}", "true").Replace(logCount))
 }
 
+// readTable is the table the reads of messages' states use: the state view
+// on the append-only path, the messages table otherwise.
+func (s *Store) readTable() string {
+	if s.logMode {
+		return s.stateView()
+	}
+	return s.messages
+}
+
+// logStates is a FROM item of the messages matching where (a WHERE clause
+// over the messages table's columns, or "") with their topic, status and
+// creation time, the status as logCount derives it: for whole-table reads
+// (the admin's topic statistics), where the state view's lookup per row
+// would cost a descent of the marks index per message.
+func (s *Store) logStates(where string) string {
+	and := " AND "
+	if where == "" {
+		where, and = " WHERE ", ""
+	}
+	return `(WITH lm AS MATERIALIZED (
+	SELECT DISTINCT ON (tenant, topic, grp, part) tenant, topic, grp, part, kind, done, upto FROM ` + s.marksTable() + `
+	ORDER BY tenant, topic, grp, part, mseq DESC
+)
+SELECT topic, status, created_at FROM ` + s.messages + where + and + `status <> 'PENDING'
+UNION ALL
+SELECT m.topic, CASE WHEN m.seq <= k.done THEN 'SENT' WHEN k.kind = 'lease' AND m.seq <= k.upto THEN 'PROCESSING' ELSE 'PENDING' END,
+	m.created_at
+FROM (SELECT * FROM ` + s.messages + where + and + `status = 'PENDING') m
+LEFT JOIN lm k ON k.tenant = m.tenant AND k.topic = m.topic AND k.grp = m.grp
+	AND k.part = CASE WHEN m.grp = '' THEN m.seq ELSE 0 END) st`
+}
+
 // logCount counts messages by status on the append-only path: a row whose
 // own status is not PENDING counts as it is; a PENDING row takes its status
 // from its group's latest mark, read once per group (the marks table holds

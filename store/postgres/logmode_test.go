@@ -276,3 +276,52 @@ func TestLogModePruneSweepsMarks(t *testing.T) {
 		t.Fatalf("counts once the later messages are sent: %v, %v", cnt, err)
 	}
 }
+
+// The operator's views on the append-only path show the states the marks
+// give: a message its group's marks finished is SENT in the topic
+// statistics and in a search, one in a live lease PROCESSING.
+func TestLogModeAdminSeesMarkedStates(t *testing.T) {
+	t.Parallel()
+	s, ob := newLogStore(t)
+	ctx := context.Background()
+	var msgs []outbox.Message
+	for i := range 6 {
+		msgs = append(msgs, msg("t", "g", i))
+	}
+	msgs = append(msgs, msg("t", "", 10), msg("t", "", 11))
+	if _, err := ob.Enqueue(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Second)
+	got, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "p", Now: now})
+	if err != nil || len(got) != 8 {
+		t.Fatalf("claim: %d messages, %v; want 8", len(got), err)
+	}
+	// The group's first four and one unordered message are sent; the
+	// rest stay leased.
+	var outs []outbox.Outcome
+	for _, m := range got {
+		if (m.Group == "g" && m.Seq <= got[0].Seq+3) || m.Seq == got[len(got)-1].Seq {
+			outs = append(outs, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
+		}
+	}
+	if res, err := s.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Now: now, Outcomes: outs}); err != nil || len(res.LeaseLost) > 0 || len(outs) != 5 {
+		t.Fatalf("finish %d outcomes: %+v, %v", len(outs), res, err)
+	}
+	stats, err := s.TopicStats(ctx, outbox.TopicStatsParams{})
+	if err != nil || len(stats) != 1 {
+		t.Fatalf("topic stats: %+v, %v", stats, err)
+	}
+	if c := stats[0].Counts; c[outbox.StatusSent] != 5 || c[outbox.StatusProcessing] != 3 || c[outbox.StatusPending] != 0 {
+		t.Fatalf("topic stats counts %v, want 5 SENT and 3 PROCESSING", c)
+	}
+	page, err := s.MessageSearch(ctx, outbox.MessageSearchParams{Filter: outbox.MessageFilter{Status: outbox.StatusSent}, Limit: 100})
+	if err != nil || len(page.Messages) != 5 {
+		t.Fatalf("search for SENT: %d messages, %v; want 5", len(page.Messages), err)
+	}
+	for _, m := range page.Messages {
+		if m.Status != outbox.StatusSent || m.SentAt.IsZero() {
+			t.Fatalf("searched message %+v, want SENT with its sent time", m)
+		}
+	}
+}
