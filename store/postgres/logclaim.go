@@ -29,16 +29,20 @@ const logSettings = `SELECT set_config('jit', 'off', true),
 	set_config('enable_seqscan', 'off', true)`
 
 // Claim tuning. The log window reads between logWindowMin and logWindow
-// messages from the floor (see logClaimState.window);
-// the floor and the marks window start logMargin back, so a message or
-// mark that committed after a later one was read is still found (a
-// transaction that drew its sequence number first and committed last).
+// messages from the floor (see logClaimState.window). At most every
+// logMarginEvery, a claim's log and marks windows start logMargin back,
+// from where the last such claim started, so a message or mark that
+// committed after a later one was read is still found (a transaction that
+// drew its sequence number first and committed last); the other claims
+// read from the floor, so a claim's cost does not include the margin's
+// rows.
 // The backstop, which probes every registered group, runs at most every
 // logBackstopMax and at least 50 times its own duration apart.
 const (
 	logWindow       = 3000
 	logWindowMin    = 256
 	logMargin       = 1000
+	logMarginEvery  = 50 * time.Millisecond
 	logBackstopMin  = time.Second
 	logBackstopMax  = 30 * time.Second
 	logDueMargin    = time.Second
@@ -61,7 +65,7 @@ type logClaimer struct {
 // logClaimState is where the claims of one topic set look next.
 type logClaimState struct {
 	mu       sync.Mutex
-	floor    int64     // the log window starts after floor - logMargin
+	floor    int64     // the log window starts after floor (see logMarginEvery)
 	markSeen int64     // the last mark read
 	dueFrom  time.Time // messages due after this (less logDueMargin) are found by time
 	backstop time.Time // when the next backstop runs
@@ -70,6 +74,10 @@ type logClaimState struct {
 	xmin int64
 	// ulow is where the backstop's scan of unordered messages starts.
 	ulow int64
+	// The last claim that read the margins: the floor and last mark it
+	// started from, its snapshot's xmin, and when.
+	mFloor, mMark, mXmin int64
+	mAt                  time.Time
 	// fair is the tenant after which the next claim's fair share looks.
 	fair string
 	// run is the mean run (messages per group) of recent claims, 0 before
@@ -383,8 +391,12 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 		c.mu.Unlock()
 	}
 	c.mu.Lock()
-	from, markSeen, dueFrom := max(c.floor-logMargin, 0), max(c.markSeen-logMargin, 0), c.dueFrom.Add(-logDueMargin)
+	from, markSeen, dueFrom := c.floor, c.markSeen, c.dueFrom.Add(-logDueMargin)
 	floor, markTop, xmin := c.floor, c.markSeen, c.xmin
+	margin := time.Since(c.mAt) >= logMarginEvery
+	if margin {
+		from, markSeen, xmin = max(min(c.mFloor, floor)-logMargin, 0), max(min(c.mMark, markTop)-logMargin, 0), c.mXmin
+	}
 	fairFrom := c.fair
 	runGuess := int64(min(max(math.Ceil(c.run), 1), float64(run)))
 	groupsCap := 2 * p.Limit
@@ -509,6 +521,9 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 		c.floor, c.xmin = *nextFloor, *snapXmin
 		if lastMark != nil {
 			c.markSeen = max(*lastMark, markTop)
+		}
+		if margin {
+			c.mFloor, c.mMark, c.mXmin, c.mAt = floor, markTop, *snapXmin, time.Now()
 		}
 	}
 	if nextFair != nil {
