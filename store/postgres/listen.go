@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,8 +58,40 @@ var errNoDelivery = errors.New("LISTEN was accepted but the test notification ne
 // so nothing committed in between waits for the next poll.
 func (s *Store) Wakeups(ctx context.Context) <-chan struct{} {
 	ch := make(chan struct{}, 1)
+	s.wakers.add(ch)
 	go s.listenLoop(ctx, ch)
 	return ch
+}
+
+// wakerSet is the channels of the running Wakeups calls.
+type wakerSet struct {
+	mu  sync.Mutex
+	chs map[chan struct{}]struct{}
+}
+
+func (w *wakerSet) add(ch chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.chs == nil {
+		w.chs = map[chan struct{}]struct{}{}
+	}
+	w.chs[ch] = struct{}{}
+}
+
+// remove forgets ch; the caller closes it after.
+func (w *wakerSet) remove(ch chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.chs, ch)
+}
+
+// wakeAll wakes every running Wakeups channel.
+func (w *wakerSet) wakeAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for ch := range w.chs {
+		wake(ch)
+	}
 }
 
 func wake(ch chan<- struct{}) {
@@ -73,7 +106,10 @@ func wake(ch chan<- struct{}) {
 var sleepCtx = elect.Sleep
 
 func (s *Store) listenLoop(ctx context.Context, ch chan struct{}) {
-	defer close(ch)
+	defer func() {
+		s.wakers.remove(ch)
+		close(ch)
+	}()
 	if s.opts.DisableNotify {
 		s.log.InfoContext(ctx, "outboxkit/postgres: notifications are disabled (Options.DisableNotify): polling only")
 		<-ctx.Done()

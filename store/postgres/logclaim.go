@@ -78,6 +78,9 @@ type logClaimState struct {
 	// started from, its snapshot's xmin, and when.
 	mFloor, mMark, mXmin int64
 	mAt                  time.Time
+	// mWake is set while a wake-up is due for a claim that reads the
+	// margins (see logClaim).
+	mWake bool
 	// fair is the tenant after which the next claim's fair share looks.
 	fair string
 	// run is the mean run (messages per group) of recent claims, 0 before
@@ -163,9 +166,10 @@ const logHead = `SELECT b.seq, b.status, b.next_attempt_at FROM {T} b
 // the log window, its first claimable group. The first row carries
 // whether the groups looked for were found (1) or the window was read
 // whole without them (2), the next floor (before the first claimable group
-// passed or left behind, and before the first group not read when the
-// reading stopped early), the last mark read, and the tenant the next fair
-// share starts after.
+// passed or left behind, before the first message enqueued after the
+// claim's clock, and before the first group not read when the reading
+// stopped early), the last mark read, and the tenant the next fair share
+// starts after.
 var logCandidates = `WITH RECURSIVE tn AS (
 	-- Fair share: the tenants after $11 in the registry (a loose index
 	-- scan, one descent each).
@@ -175,8 +179,13 @@ var logCandidates = `WITH RECURSIVE tn AS (
 ), tl AS MATERIALIZED (
 	SELECT tenant FROM tn WHERE tenant IS NOT NULL LIMIT 8
 ), w0 AS MATERIALIZED (
-	SELECT tenant, topic, grp, part, min(seq) AS first, max(seq) AS last, count(*) AS n FROM (
-		SELECT seq, tenant, topic, grp, CASE WHEN grp = '' THEN seq ELSE 0 END AS part
+	-- nd: the first message not due at $1 that has no time of its own (it
+	-- was enqueued after the claim's clock read $1): the floor stays
+	-- before it, as the due window finds only messages with a time of
+	-- their own.
+	SELECT tenant, topic, grp, part, min(seq) AS first, max(seq) AS last, count(*) AS n,
+		min(seq) FILTER (WHERE next_attempt_at > $1 AND next_attempt_at <= created_at) AS nd FROM (
+		SELECT seq, tenant, topic, grp, CASE WHEN grp = '' THEN seq ELSE 0 END AS part, next_attempt_at, created_at
 		FROM {T} WHERE seq > $5 AND status = 'PENDING' AND claimed_by IS NULL AND ($8::text[] IS NULL OR topic = ANY($8::text[]))
 			AND (seq > $13 OR ` + logNewSince + `)
 		ORDER BY seq LIMIT $4) x
@@ -252,6 +261,7 @@ SELECT NULL::text, NULL::text, NULL::text,
 	coalesce(least(
 		(SELECT min(c.head) - 1 FROM c WHERE c.first > 0 AND c.before >= $2),
 		(SELECT min(e.head) - 1 FROM e WHERE e.first > 0 AND NOT e.got),
+		(SELECT min(nd) - 1 FROM w0),
 		CASE WHEN (SELECT count(*) FROM e) >= $10 THEN (SELECT max(first) FROM e) ELSE (SELECT max(last) FROM w0) END),
 		$5),
 	(SELECT max(mseq) FROM rm),
@@ -525,6 +535,19 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 		if margin {
 			c.mFloor, c.mMark, c.mXmin, c.mAt = floor, markTop, *snapXmin, time.Now()
 		}
+	}
+	if !margin && !c.mWake {
+		// A message that committed late, after this claim passed it, is
+		// found by the next claim that reads the margins. Without a
+		// wake-up, the last ones of a burst would wait for the poll
+		// interval: the processors are woken when such a claim is due.
+		c.mWake = true
+		time.AfterFunc(max(logMarginEvery-time.Since(c.mAt), 0)+time.Millisecond, func() {
+			c.mu.Lock()
+			c.mWake = false
+			c.mu.Unlock()
+			s.wakers.wakeAll()
+		})
 	}
 	if nextFair != nil {
 		c.fair = *nextFair

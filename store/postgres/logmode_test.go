@@ -325,3 +325,24 @@ func TestLogModeAdminSeesMarkedStates(t *testing.T) {
 		}
 	}
 }
+
+// A message enqueued after a claim's clock was read is not due to that
+// claim; the next claim takes it, not a later backstop or the next message
+// of its group.
+func TestLogModeMessageNewerThanTheClaimsClock(t *testing.T) {
+	t.Parallel()
+	s, ob := newLogStore(t)
+	ctx := context.Background()
+	before := time.Now().Add(-time.Second)
+	if _, err := ob.Enqueue(ctx, msg("t", "g", 1), msg("t", "", 2)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "p", Now: before})
+	if err != nil || len(got) != 0 {
+		t.Fatalf("claim at a clock before the enqueue: %d messages, %v; want none", len(got), err)
+	}
+	got, err = s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "p", Now: time.Now()})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("next claim: %d messages, %v; want both", len(got), err)
+	}
+}

@@ -138,6 +138,9 @@ type Store struct {
 	// logKnown is the group of each message this store claimed on the
 	// append-only path and has not finished.
 	logKnown logKnown
+	// wakers is the channel of every Wakeups call still running: the
+	// append-only path wakes its processors itself (logMarginWake).
+	wakers wakerSet
 	// deleteSent is Options.DeleteSentTopics as a set.
 	deleteSent map[string]bool
 }
