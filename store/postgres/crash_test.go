@@ -126,7 +126,26 @@ func waitSent(t *testing.T, b *bundle, n int, timeout time.Duration) {
 // recovers the expired leases and publishes everything, in group order.
 func TestKilledProcessorLosesNothing(t *testing.T) {
 	t.Parallel()
+	for _, logMode := range []bool{false, true} {
+		t.Run(fmt.Sprintf("logMode=%v", logMode), func(t *testing.T) {
+			t.Parallel()
+			killedProcessorLosesNothing(t, logMode)
+		})
+	}
+}
+
+func killedProcessorLosesNothing(t *testing.T, logMode bool) {
 	b := setup(t)
+	// The survivor is another process: a store of its own, with none of
+	// the victim's memory.
+	survivor, err := postgres.New(b.pg.Pool, postgres.Options{Schema: b.pg.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if logMode {
+		postgres.EnableLogMode(b.store)
+		postgres.EnableLogMode(survivor)
+	}
 	const groups, per = 20, 25
 	order := map[string][]string{}
 	var msgs []outbox.Message
@@ -162,7 +181,7 @@ func TestKilledProcessorLosesNothing(t *testing.T) {
 	// Processor B recovers the leases once they expire and finishes.
 	bctx, bcancel := context.WithCancel(b.ctx)
 	done := make(chan error, 1)
-	pb, err := outbox.NewProcessor(b.store, rec.publisher(0, nil), outbox.Config{
+	pb, err := outbox.NewProcessor(survivor, rec.publisher(0, nil), outbox.Config{
 		AllTopics: true, ID: "survivor", PollInterval: 20 * time.Millisecond,
 		ProcessingTimeout: time.Second, RecoveryInterval: 100 * time.Millisecond,
 	})
