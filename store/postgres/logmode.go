@@ -74,8 +74,9 @@ func buildLogSQL(s *Store) logSQL {
 
 // enableLogMode switches the store to the append-only path (issue #28):
 // claims and outcomes write marks, and reads see messages through the
-// state view. It is not an option yet: the path does not cover every
-// operation, and only tests turn it on.
+// state view. Options.AppendOnly turns it on (and records it in the
+// database); the tests and outboxbench -pg-log also turn it on without the
+// record.
 func (s *Store) enableLogMode() {
 	s.logMode = true
 	s.lsql = buildLogSQL(s)

@@ -44,7 +44,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if len(migs) == 0 {
 		return errors.New("postgres: migrate: no embedded migrations")
 	}
-	return s.migrate(ctx, migs[len(migs)-1].Version)
+	if err := s.migrate(ctx, migs[len(migs)-1].Version); err != nil {
+		return err
+	}
+	// Record Options.AppendOnly, or refuse a store that disagrees with
+	// the record.
+	return s.checkStorage(ctx, true)
 }
 
 // MigrateTo moves the schema to version target: up when it is behind, down

@@ -94,7 +94,28 @@ type Options struct {
 	// cancelled messages of these topics are kept as usual. Defaults to
 	// none.
 	DeleteSentTopics []string
+	// AppendOnly stores the progress of messages as marks per group run
+	// (claims and outcomes insert rows into <prefix>marks) instead of
+	// updating each message row twice, so a transaction that holds the
+	// cleanup horizon (a long report, an idle-in-transaction session, a
+	// lagging replication slot) does not slow claims down with dead row
+	// versions (see LOG-DESIGN.md and PERFORMANCE.md). Experimental: it
+	// will become the default.
+	//
+	// Every process on the database must agree. Migrate records the
+	// setting in the database, and a store whose AppendOnly differs from
+	// the record refuses to start (Ping, which outbox.Run calls first,
+	// returns ErrStorageMode): a store on the default path would take the
+	// messages the marks finished as still PENDING. To leave append-only
+	// storage, stop every processor and migrate to version 13
+	// (MigrateTo), which writes the marks' states into the message rows.
+	// Defaults to false.
+	AppendOnly bool
 }
+
+// ErrStorageMode is returned by Ping and Migrate when Options.AppendOnly
+// differs from what the database records.
+var ErrStorageMode = errors.New("postgres: Options.AppendOnly does not match the database's storage")
 
 var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
@@ -207,6 +228,9 @@ func New(db DB, opts Options) (*Store, error) {
 	s.notifyKey = notifyKeyOf(s.channel)
 	s.adminNS = ns(s.messages + ":admin")
 	s.sql = buildSQL(s)
+	if opts.AppendOnly {
+		s.enableLogMode()
+	}
 	return s, nil
 }
 
@@ -299,9 +323,10 @@ func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return nil
 }
 
-// Ping implements outbox.Pinger: it checks that the server answers and
-// that the store's tables exist (an error wrapping SQLSTATE 42P01 when
-// Migrate has not run), without reading a message.
+// Ping implements outbox.Pinger: it checks that the server answers, that
+// the store's tables exist (an error wrapping SQLSTATE 42P01 when Migrate
+// has not run) and that Options.AppendOnly matches the database's storage
+// (ErrStorageMode), without reading a message.
 func (s *Store) Ping(ctx context.Context) error {
 	q := "SELECT NULL FROM " + s.messages + " LIMIT 0"
 	if s.logMode {
@@ -310,5 +335,45 @@ func (s *Store) Ping(ctx context.Context) error {
 	if _, err := s.db.Exec(ctx, q); err != nil {
 		return wrapErr("ping", err)
 	}
+	return s.checkStorage(ctx, false)
+}
+
+// storageAppendOnly is the settings row of Options.AppendOnly.
+const storageAppendOnly = "append-only"
+
+// checkStorage compares Options.AppendOnly with the database's record (the
+// settings table of migration 14), after recording it when record is set
+// and nothing is recorded yet. A database before migration 14 records
+// nothing: a store with AppendOnly refuses it.
+func (s *Store) checkStorage(ctx context.Context, record bool) error {
+	var exists bool
+	if err := s.db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.settingsTable()).Scan(&exists); err != nil {
+		return wrapErr("storage mode", err)
+	}
+	if !exists {
+		if s.opts.AppendOnly {
+			return fmt.Errorf("%w: the database records no storage mode (schema before version 14): run Migrate", ErrStorageMode)
+		}
+		return nil
+	}
+	if record && s.opts.AppendOnly {
+		if _, err := s.db.Exec(ctx, `INSERT INTO `+s.settingsTable()+` (name, value) VALUES ('storage', $1) ON CONFLICT DO NOTHING`, storageAppendOnly); err != nil {
+			return wrapErr("storage mode", err)
+		}
+	}
+	var mode string
+	err := s.db.QueryRow(ctx, `SELECT value FROM `+s.settingsTable()+` WHERE name = 'storage'`).Scan(&mode)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return wrapErr("storage mode", err)
+	}
+	switch {
+	case s.opts.AppendOnly && mode != storageAppendOnly:
+		return fmt.Errorf("%w: the store has AppendOnly set and the database is not append-only: run Migrate with it", ErrStorageMode)
+	case !s.opts.AppendOnly && mode == storageAppendOnly:
+		return fmt.Errorf("%w: the database's storage is append-only: set Options.AppendOnly in every process (or stop them all and migrate to version 13 to leave it)", ErrStorageMode)
+	}
 	return nil
 }
+
+// settingsTable is the settings table of migration 14.
+func (s *Store) settingsTable() string { return s.schema + "." + s.prefix + "settings" }

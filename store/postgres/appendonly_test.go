@@ -1,0 +1,110 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outboxkit/internal/testbackend"
+	"github.com/outboxkit/outboxkit/outbox"
+	"github.com/outboxkit/outboxkit/outbox/outboxtest"
+	"github.com/outboxkit/outboxkit/store/postgres"
+)
+
+// Options.AppendOnly is recorded in the database by Migrate, and a store
+// that disagrees with the record refuses to start; migrating to version
+// 13 leaves append-only storage with every message in its state.
+func TestAppendOnlyIsRecordedAndEnforced(t *testing.T) {
+	t.Parallel()
+	pg := testbackend.Postgres(t, 8)
+	ctx := context.Background()
+	open := func(appendOnly bool) *postgres.Store {
+		t.Helper()
+		s, err := postgres.New(pg.Pool, postgres.Options{Schema: pg.Name, AppendOnly: appendOnly})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	plain, log := open(false), open(true)
+	if err := plain.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The database is on the default path: an append-only store refuses
+	// it until Migrate (with AppendOnly) records the switch.
+	if err := log.Ping(ctx); !errors.Is(err, postgres.ErrStorageMode) {
+		t.Fatalf("append-only store on a default database: Ping = %v, want ErrStorageMode", err)
+	}
+	if err := log.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := log.Ping(ctx); err != nil {
+		t.Fatalf("append-only store after its Migrate: Ping = %v", err)
+	}
+	// Now a default store refuses to start: it would take what the marks
+	// finished as PENDING.
+	if err := plain.Ping(ctx); !errors.Is(err, postgres.ErrStorageMode) {
+		t.Fatalf("default store on an append-only database: Ping = %v, want ErrStorageMode", err)
+	}
+	if err := plain.Migrate(ctx); !errors.Is(err, postgres.ErrStorageMode) {
+		t.Fatalf("default store's Migrate on an append-only database = %v, want ErrStorageMode", err)
+	}
+	err := outbox.Run(ctx, plain, &outboxtest.Recorder{}, outbox.Config{AllTopics: true})
+	if !errors.Is(err, postgres.ErrStorageMode) {
+		t.Fatalf("Run of a default store on an append-only database = %v, want ErrStorageMode", err)
+	}
+
+	// The append-only store sends three messages and leases two.
+	ob := outbox.New[pgx.Tx](log, outbox.Options{})
+	if _, err := ob.Enqueue(ctx, msg("t", "g", 0), msg("t", "g", 1), msg("t", "g", 2), msg("t", "h", 3), msg("t", "h", 4)); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Second)
+	got, err := log.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "p", Now: now})
+	if err != nil || len(got) != 5 {
+		t.Fatalf("claim: %d, %v", len(got), err)
+	}
+	var outs []outbox.Outcome
+	for _, m := range got {
+		if m.Group == "g" {
+			outs = append(outs, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
+		}
+	}
+	if res, err := log.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Now: now, Outcomes: outs}); err != nil || len(res.LeaseLost) > 0 {
+		t.Fatalf("finish: %+v, %v", res, err)
+	}
+	want := map[outbox.Status]int64{outbox.StatusSent: 3, outbox.StatusProcessing: 2}
+	wantCounts := func(s *postgres.Store) {
+		t.Helper()
+		c, err := s.MessageCount(ctx, outbox.MessageCountParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for st, n := range want {
+			if c[st] != n {
+				t.Fatalf("counts %v, want %v", c, want)
+			}
+		}
+	}
+	wantCounts(log)
+
+	// Leaving: every processor stopped, migrate to version 13. The rows
+	// hold what the marks said; a default store works on them, and an
+	// append-only one refuses the database until it is migrated again.
+	if err := log.MigrateTo(ctx, 13); err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Migrate(ctx); err != nil {
+		t.Fatalf("default store's Migrate after leaving append-only storage: %v", err)
+	}
+	if err := plain.Ping(ctx); err != nil {
+		t.Fatalf("default store's Ping after leaving: %v", err)
+	}
+	wantCounts(plain)
+	if err := log.Ping(ctx); !errors.Is(err, postgres.ErrStorageMode) {
+		t.Fatalf("append-only store after leaving: Ping = %v, want ErrStorageMode", err)
+	}
+}
