@@ -8,23 +8,24 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkit/outboxkit/internal/testbackend"
 	"github.com/outboxkit/outboxkit/outbox"
 	"github.com/outboxkit/outboxkit/store/postgres"
 )
 
-// newLogStore is a migrated store on the append-only path.
-func newLogStore(t *testing.T) (*postgres.Store, *outbox.Outbox[pgx.Tx]) {
+// newLogStore is a migrated store on the append-only path, and its schema.
+func newLogStore(t *testing.T) (*postgres.Store, *outbox.Outbox[pgx.Tx], testbackend.PostgresSchema) {
 	t.Helper()
-	s, _ := newStore(t, false)
+	s, pg := newStore(t, false)
 	postgres.EnableLogMode(s)
-	return s, outbox.New[pgx.Tx](s, outbox.Options{})
+	return s, outbox.New[pgx.Tx](s, outbox.Options{}), pg
 }
 
 // A claim takes at most its limit, however many groups its windows hold
 // and however long their runs: runs are cut to a prefix, oldest first.
 func TestLogModeClaimKeepsItsLimit(t *testing.T) {
 	t.Parallel()
-	s, ob := newLogStore(t)
+	s, ob, _ := newLogStore(t)
 	ctx := context.Background()
 	var msgs []outbox.Message
 	// 50 messages in each of 200 groups: the log window counts 15 of
@@ -84,7 +85,7 @@ func TestLogModeLateCommitIsClaimed(t *testing.T) {
 }
 
 func testLateCommit(t *testing.T, group string) {
-	s, ob := newLogStore(t)
+	s, ob, _ := newLogStore(t)
 	ctx := context.Background()
 	// The late one: its seq is drawn now, its commit comes last.
 	err := s.InTx(ctx, func(tx pgx.Tx) error {
@@ -146,9 +147,7 @@ func testLateCommit(t *testing.T, group string) {
 // its limit from the groups after it; the group is claimed once free.
 func TestLogModeClaimPassesHeldGroups(t *testing.T) {
 	t.Parallel()
-	s, pg := newStore(t, false)
-	postgres.EnableLogMode(s)
-	ob := outbox.New[pgx.Tx](s, outbox.Options{})
+	s, ob, pg := newLogStore(t)
 	ctx := context.Background()
 	var msgs []outbox.Message
 	for i := range 15 {
@@ -196,9 +195,7 @@ func TestLogModeClaimPassesHeldGroups(t *testing.T) {
 // read needs: a group keeps its latest mark and those its live rows read.
 func TestLogModePruneSweepsMarks(t *testing.T) {
 	t.Parallel()
-	s, pg := newStore(t, false)
-	postgres.EnableLogMode(s)
-	ob := outbox.New[pgx.Tx](s, outbox.Options{})
+	s, ob, pg := newLogStore(t)
 	ctx := context.Background()
 	t0 := time.Now().Add(time.Second)
 	var msgs []outbox.Message
@@ -282,7 +279,7 @@ func TestLogModePruneSweepsMarks(t *testing.T) {
 // statistics and in a search, one in a live lease PROCESSING.
 func TestLogModeAdminSeesMarkedStates(t *testing.T) {
 	t.Parallel()
-	s, ob := newLogStore(t)
+	s, ob, _ := newLogStore(t)
 	ctx := context.Background()
 	var msgs []outbox.Message
 	for i := range 6 {
@@ -331,7 +328,7 @@ func TestLogModeAdminSeesMarkedStates(t *testing.T) {
 // of its group.
 func TestLogModeMessageNewerThanTheClaimsClock(t *testing.T) {
 	t.Parallel()
-	s, ob := newLogStore(t)
+	s, ob, _ := newLogStore(t)
 	ctx := context.Background()
 	before := time.Now().Add(-time.Second)
 	if _, err := ob.Enqueue(ctx, msg("t", "g", 1), msg("t", "", 2)); err != nil {
