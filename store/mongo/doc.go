@@ -80,9 +80,10 @@
 // where MongoDB is: it runs an update by reading the matching documents and
 // writing each back whole, so of two concurrent updates of one document one
 // can be lost; there the claims stay correct by the lock documents, and the
-// store writes one owner's lease extensions and outcomes one at a time
-// (an extension racing an outcome put finished messages back to
-// PROCESSING). FerretDB also keeps a PostgreSQL connection per
+// store writes one owner's lease extensions, outcomes and recoveries one
+// at a time, within one process (an extension racing an outcome put
+// finished messages back to PROCESSING; a recovery racing its owner's
+// release and new claim freed the new lease). FerretDB also keeps a PostgreSQL connection per
 // single-document update of a command until the command ends, which
 // deadlocked its pool under concurrent bulk writes, so every fenced update
 // is sent as a multi-document one over the message's unique _id (the same

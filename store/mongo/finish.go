@@ -219,8 +219,17 @@ const leaseExpiredCode = "lease_expired"
 // attempt counted, with one more recovery, or to FAILED when that recovery
 // reaches p.MaxRecoveries (outbox.DefaultMaxRecoveries when 0). Both get
 // LastError code "lease_expired" and an attempt numbered like the lost
-// claim. Each update is fenced by the lease it read, so an outcome recorded
-// meanwhile wins.
+// claim. Each update is fenced by the lease it read (owner, attempt, claim
+// token and ClaimedAt), so an outcome recorded meanwhile wins, and so does
+// a new lease its owner took meanwhile, after releasing the expired one.
+// FerretDB v1.24 does not keep that fence: it reads the documents matching
+// an update's filter and then writes each back whole by its _id, checking
+// nothing again, so a release and a new claim that came between its read
+// and its write were undone (the new lease freed, its message claimable
+// twice). The updates are therefore written under the locks of their
+// owners (see lockOwner), which the outcomes and lease extensions written
+// through this Store take too: a release waits for the recovery's write,
+// and a new claim, which follows the release, cannot fall in between.
 func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
 	var res outbox.RecoverResult
 	if err := p.Validate(); err != nil {
@@ -261,7 +270,16 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 			update: bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusPending)},
 				{Key: "next_at", Value: next}, {Key: "last_error", Value: e}, {Key: "updated_at", Value: now}}}, unsetLease, uncharge}})
 	}
+	owners := make([]string, 0, len(expired))
+	for _, d := range expired {
+		owners = append(owners, d.ClaimedBy)
+	}
+	unlock, err := s.lockOwners(ctx, owners)
+	if err != nil {
+		return outbox.RecoverResult{}, fmt.Errorf("mongo: recover: %w", err)
+	}
 	applied, err := s.applyOutcomes(ctx, outs)
+	unlock()
 	if err != nil {
 		return outbox.RecoverResult{}, fmt.Errorf("mongo: recover: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"regexp"
+	"slices"
 	"sync"
 	"time"
 
@@ -100,25 +101,47 @@ type Store struct {
 }
 
 // lockOwner takes the lock under which this Store writes the lease
-// extensions and the outcomes of owner, one at a time, and returns its
-// release (or ctx's error). On MongoDB each of those fenced updates is
-// atomic and they need no lock; FerretDB v1.24 runs an update by reading
-// the matching documents and writing each back whole, so an extension that
-// read a message just before its outcome was written wrote it back
-// PROCESSING, under a lease its processor had let go (issue #12: the
-// message stayed there until the lease expired, then was published again).
-// A processor's heartbeat and recorder share its owner ID and, in one
-// process, its Store.
+// extensions, the outcomes and the recoveries of owner, one at a time, and
+// returns its release (or ctx's error). On MongoDB each of those fenced
+// updates is atomic and they need no lock; FerretDB v1.24 runs an update by
+// reading the matching documents and writing each back whole, without
+// checking the filter again, so an extension that read a message just
+// before its outcome was written wrote it back PROCESSING, under a lease
+// its processor had let go (issue #12: the message stayed there until the
+// lease expired, then was published again), and a recovery that read an
+// expired lease wrote it back PENDING over the new lease its owner took
+// after releasing it (see MessageRecover). A processor's heartbeat and
+// recorder share its owner ID and, in one process, its Store.
 func (s *Store) lockOwner(ctx context.Context, owner string) (func(), error) {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(owner))
-	ch := s.leaseMu[h.Sum32()%uint32(len(s.leaseMu))]
-	select {
-	case ch <- struct{}{}:
-		return func() { <-ch }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	return s.lockOwners(ctx, []string{owner})
+}
+
+// lockOwners is lockOwner for several owners at once. It takes their locks
+// in ascending order, each once (owners may share one), so that it cannot
+// deadlock with another lockOwners or a lockOwner.
+func (s *Store) lockOwners(ctx context.Context, owners []string) (func(), error) {
+	var slots []int
+	for _, o := range owners {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(o))
+		slots = append(slots, int(h.Sum32()%uint32(len(s.leaseMu))))
 	}
+	slices.Sort(slots)
+	slots = slices.Compact(slots)
+	unlock := func(n int) {
+		for _, i := range slots[:n] {
+			<-s.leaseMu[i]
+		}
+	}
+	for n, i := range slots {
+		select {
+		case s.leaseMu[i] <- struct{}{}:
+		case <-ctx.Done():
+			unlock(n)
+			return nil, ctx.Err()
+		}
+	}
+	return func() { unlock(len(slots)) }, nil
 }
 
 // tenantCache remembers the tenant of each message this Store claimed
