@@ -26,7 +26,7 @@ import (
 // jit_above_cost the server compiled it at every execution, 841 ms for 19
 // ms of work two minutes into a run.
 const logSettings = `SELECT set_config('jit', 'off', true),
-	set_config('enable_seqscan', 'off', true)`
+	set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // Claim tuning. The log window reads between logWindowMin and logWindow
 // messages from the floor (see logClaimState.window). At most every
