@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/outboxkit/outboxkit/internal/pglog"
 )
 
 // logSQL holds the append-only path's statements, rendered once for the
@@ -212,10 +210,6 @@ func (s *Store) logOperate(ctx context.Context, ids []string, now time.Time, fn 
 		_, err = tx.Exec(ctx, s.lsql.logWake, ids, now)
 		return err
 	})
-}
-
-func init() {
-	pglog.Enable = func(st any) { st.(*Store).enableLogMode() }
 }
 
 // enqueueSQL holds the enqueue statements of the store's path.

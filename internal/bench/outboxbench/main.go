@@ -47,7 +47,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/outboxkit/internal/pglog"
 	"github.com/outboxkit/outboxkit/outbox"
 	"github.com/outboxkit/outboxkit/store/postgres"
 )
@@ -87,7 +86,7 @@ func main() {
 	holdFor := flag.Duration("hold-for", 70*time.Second, "with -mode hold: how long")
 	schema := flag.String("schema", "", "internal: schema for child modes")
 	flag.BoolVar(&noNotify, "no-notify", false, "stores run with Options.DisableNotify (polling only)")
-	flag.BoolVar(&pgLog, "pg-log", false, "the PostgreSQL store runs its append-only path (issue #28; not yet an option of the store)")
+	flag.BoolVar(&pgLog, "pg-log", false, "the PostgreSQL stores run with Options.AppendOnly (issue #28)")
 	flag.BoolVar(&asyncCommit, "async-commit", false, "stores run with Options.AsyncCommit")
 	flag.IntVar(&maxUnrecorded, "max-unrecorded", 0, "the processors' Config.MaxUnrecordedOutcomes (default: outbox's default, PublishBatchSize)")
 	flag.BoolVar(&deleteSent, "delete-sent", false, "the PostgreSQL processors delete the messages they send (Options.DeleteSentTopics)")
@@ -493,14 +492,10 @@ func fresh(ctx context.Context, pool *pgxpool.Pool, opts postgres.Options) (*pos
 	return s, func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+opts.Schema+" CASCADE") }, nil
 }
 
-// newPGStore is postgres.New, switched to the append-only path (issue
-// #28) with -pg-log.
+// newPGStore is postgres.New, with Options.AppendOnly under -pg-log.
 func newPGStore(pool *pgxpool.Pool, opts postgres.Options) (*postgres.Store, error) {
-	s, err := postgres.New(pool, opts)
-	if err == nil && pgLog {
-		pglog.Enable(s)
-	}
-	return s, err
+	opts.AppendOnly = pgLog
+	return postgres.New(pool, opts)
 }
 
 // payload returns a ~200-byte JSON document.
