@@ -229,7 +229,14 @@ const leaseExpiredCode = "lease_expired"
 // twice). The updates are therefore written under the locks of their
 // owners (see lockOwner), which the outcomes and lease extensions written
 // through this Store take too: a release waits for the recovery's write,
-// and a new claim, which follows the release, cannot fall in between.
+// and a new claim, which follows the release, cannot fall in between. They
+// are also written under the claims' lock documents of the messages'
+// groups (or of the unordered messages), waiting for a claim that holds
+// one: a claim in another process cannot lease a message again before the
+// write either. What is still not fenced there is an outcome recorded in
+// another process between the read and the write: the recovered document
+// overwrites it, and the message, whose lease had expired, is published
+// again.
 func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {
 	var res outbox.RecoverResult
 	if err := p.Validate(); err != nil {
@@ -270,10 +277,31 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 			update: bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusPending)},
 				{Key: "next_at", Value: next}, {Key: "last_error", Value: e}, {Key: "updated_at", Value: now}}}, unsetLease, uncharge}})
 	}
+	if len(outs) == 0 {
+		return res, nil
+	}
+	// The claims' locks of the messages' groups (or of the unordered
+	// messages themselves) keep a claim in any process from leasing one
+	// of them again while the recovery writes (see MessageRecover).
 	owners := make([]string, 0, len(expired))
+	keys := make([]string, 0, len(expired))
+	seen := map[string]bool{}
 	for _, d := range expired {
 		owners = append(owners, d.ClaimedBy)
+		k := lockKeyMessage(d.ID)
+		if d.GKey != "" {
+			k = lockKeyGroup(d.GKey)
+		}
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
 	}
+	holder := token()
+	if err := s.lockWait(ctx, keys, holder); err != nil {
+		return outbox.RecoverResult{}, fmt.Errorf("mongo: recover: %w", err)
+	}
+	defer s.unlock(context.WithoutCancel(ctx), keys, holder)
 	unlock, err := s.lockOwners(ctx, owners)
 	if err != nil {
 		return outbox.RecoverResult{}, fmt.Errorf("mongo: recover: %w", err)

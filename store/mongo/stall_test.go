@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,4 +184,101 @@ func TestPing(t *testing.T) {
 	if err := gone.Ping(ctx); err == nil {
 		t.Fatal("Ping of a server that is not there returned nil")
 	}
+}
+
+// TestRecoveryInAnotherProcessSparesANewLease is
+// Recover/SparesNewerClaimOfSameOwner with the recovery run by another
+// Store (another process) than the owner's claims and releases, so the
+// owner's in-process lock does not order them. FerretDB v1.24 checks an
+// update's filter only when it reads the documents, then writes them back
+// whole: a recovery that read an expired lease overwrote the new lease its
+// owner took meanwhile. The recovery writes under the claims' lock
+// documents, so no claim leases a message between its read and its write.
+func TestRecoveryInAnotherProcessSparesANewLease(t *testing.T) {
+	ctx := context.Background()
+	s, db := newStore(t, mongo.Options{})
+	other, err := mongo.New(db.DB, mongo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, rounds = 20, 20
+	var msgs []outbox.Message
+	for i := range n {
+		msgs = append(msgs, outbox.Message{Topic: "t", Payload: []byte(fmt.Sprint(i))})
+	}
+	if _, err := outbox.New(s, outbox.Options{}).Enqueue(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Add(time.Minute).UTC().Truncate(time.Millisecond) // every message is due
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	var round atomic.Int64
+	round.Store(-1)
+	stop := make(chan struct{})
+	recErr := make(chan error, 1)
+	go func() {
+		defer close(recErr)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			k := round.Load()
+			if k < 0 {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			before := at(time.Duration(k)*time.Hour + 30*time.Minute)
+			if _, err := other.MessageRecover(ctx, outbox.MessageRecoverParams{ClaimedBefore: before, Now: before, MaxRecoveries: 1000}); err != nil {
+				recErr <- err
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		if err := <-recErr; err != nil {
+			t.Errorf("MessageRecover: %v", err)
+		}
+	}()
+	claimAll := func(now time.Time) []outbox.Message {
+		var got []outbox.Message
+		for deadline := time.Now().Add(30 * time.Second); len(got) < n && time.Now().Before(deadline); {
+			c, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: n - len(got), Owner: "p", Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, c...)
+			if len(got) < n {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		if len(got) != n {
+			t.Fatalf("claimed %d messages, want %d", len(got), n)
+		}
+		return got
+	}
+	release := func(ms []outbox.Message, now time.Time) []string {
+		p := outbox.MessageFinishParams{Owner: "p", Now: now}
+		for _, m := range ms {
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeReleased, Topic: m.Topic, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
+		}
+		res, err := s.MessageFinish(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.LeaseLost
+	}
+	recovered := 0
+	for k := range rounds {
+		start := time.Duration(k) * time.Hour
+		old := claimAll(at(start))
+		round.Store(int64(k))
+		recovered += len(release(old, at(start+40*time.Minute)))
+		fresh := claimAll(at(start + 50*time.Minute))
+		if lost := release(fresh, at(start+55*time.Minute)); len(lost) > 0 {
+			t.Fatalf("round %d: %d leases claimed after the recovery's cutoff lost to a recovery in another process: %v", k, len(lost), lost)
+		}
+	}
+	t.Logf("%d of %d expired leases recovered before their release", recovered, n*rounds)
 }
