@@ -85,8 +85,10 @@ func (s *Store) enableLogMode() {
 	s.lread = buildSQL(&Store{opts: s.opts, messages: s.stateView(), attempts: s.attempts, pauses: s.pauses})
 	r := strings.NewReplacer("{T}", s.messages, "{K}", s.marksTable(), "{G}", s.groupsTable())
 	s.lread.pendingTopics = r.Replace(logPendingTopics)
-	s.lread.count = r.Replace(strings.NewReplacer("{WHERE}", "tenant = $1", "{MWHERE}", "m.tenant = $1").Replace(logCount))
-	s.lread.countAll = r.Replace(strings.NewReplacer("{WHERE}", "true", "{MWHERE}", "true").Replace(logCount))
+	// Counts read each group's latest mark once (logStates), not once
+	// per row as the state view does.
+	s.lread.count = "SELECT status, count(*) FROM " + s.logStates(" WHERE tenant = $1") + " GROUP BY status"
+	s.lread.countAll = "SELECT status, count(*) FROM " + s.logStates("") + " GROUP BY status"
 }
 
 // readTable is the table the reads of messages' states use: the state view
@@ -100,9 +102,10 @@ func (s *Store) readTable() string {
 
 // logStates is a FROM item of the messages matching where (a WHERE clause
 // over the messages table's columns, or "") with their topic, status and
-// creation time, the status as logCount derives it: for whole-table reads
-// (the admin's topic statistics), where the state view's lookup per row
-// would cost a descent of the marks index per message.
+// creation time, the status from the group's latest mark, read once per
+// group: for whole-table reads (MessageCount, the admin's topic
+// statistics), where the state view's lookup per row would cost a descent
+// of the marks index per message.
 func (s *Store) logStates(where string) string {
 	and := " AND "
 	if where == "" {
@@ -120,26 +123,6 @@ FROM (SELECT * FROM ` + s.messages + where + and + `status = 'PENDING') m
 LEFT JOIN lm k ON k.tenant = m.tenant AND k.topic = m.topic AND k.grp = m.grp
 	AND k.part = CASE WHEN m.grp = '' THEN m.seq ELSE 0 END) st`
 }
-
-// logCount counts messages by status on the append-only path: a row whose
-// own status is not PENDING counts as it is; a PENDING row takes its status
-// from its group's latest mark, read once per group (the marks table holds
-// each group's latest and what its live rows read, see logprune.go), not
-// once per row as the state view does.
-const logCount = `WITH lm AS MATERIALIZED (
-	SELECT DISTINCT ON (tenant, topic, grp, part) tenant, topic, grp, part, kind, done, upto FROM {K}
-	WHERE {WHERE}
-	ORDER BY tenant, topic, grp, part, mseq DESC
-)
-SELECT status, count(*) FROM (
-	SELECT status FROM {T} WHERE {WHERE} AND status <> 'PENDING'
-	UNION ALL
-	SELECT CASE WHEN m.seq <= k.done THEN 'SENT' WHEN k.kind = 'lease' AND m.seq <= k.upto THEN 'PROCESSING' ELSE 'PENDING' END
-	FROM {T} m LEFT JOIN lm k ON k.tenant = m.tenant AND k.topic = m.topic AND k.grp = m.grp
-		AND k.part = CASE WHEN m.grp = '' THEN m.seq ELSE 0 END
-	WHERE {MWHERE} AND m.status = 'PENDING'
-) c
-GROUP BY status`
 
 // logPendingTopics is pendingTopicsSQL on the append-only path, where a
 // finished message's row stays PENDING: per registered group of a topic
