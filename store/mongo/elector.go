@@ -168,30 +168,38 @@ func (e *Elector) acquire(ctx context.Context) (term, bool, error) {
 	}
 	var cur leaseDoc
 	err = e.s.locks.FindOne(ctx, bson.D{{Key: "_id", Value: e.id}}).Decode(&cur)
-	epoch := int64(1)
+	expired := err == nil
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 	case err != nil:
 		return term{}, false, err
 	case cur.Expires.After(now):
 		return term{}, false, nil
-	default:
+	}
+	// The writes run to their end even when ctx ends meanwhile: a write
+	// abandoned in flight may still land after the release below, leaving
+	// a lease nobody holds until it expires. ctx ending is seen by Run,
+	// which releases a lease taken here at once.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseWriteTimeout)
+	defer cancel()
+	epoch := int64(1)
+	if expired {
 		// Delete the expired lease only as it was read: if another
 		// replica took it over meanwhile, nothing is deleted and the
 		// insert below fails.
-		if _, err := e.s.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: e.id}, {Key: "owner", Value: cur.Owner},
+		if _, err := e.s.locks.DeleteOne(wctx, bson.D{{Key: "_id", Value: e.id}, {Key: "owner", Value: cur.Owner},
 			{Key: "epoch", Value: cur.Epoch}, {Key: "expires_at", Value: bson.D{{Key: "$lte", Value: now}}}}); err != nil {
 			return term{}, false, err
 		}
 		epoch = cur.Epoch + 1
 	}
-	_, err = e.s.locks.InsertOne(ctx, leaseDoc{ID: e.id, Owner: e.owner, Epoch: epoch, Expires: now.Add(e.opts.LeaseTTL)})
+	_, err = e.s.locks.InsertOne(wctx, leaseDoc{ID: e.id, Owner: e.owner, Epoch: epoch, Expires: now.Add(e.opts.LeaseTTL)})
 	if mongo.IsDuplicateKeyError(err) {
 		return term{}, false, nil
 	}
 	if err != nil {
-		// The insert may have been written all the same (ctx ended or the
-		// connection broke after it was sent): let it go.
+		// The insert may have been written all the same (the connection
+		// broke after it was sent): let it go.
 		e.release(ctx, epoch)
 		return term{}, false, err
 	}
@@ -258,15 +266,23 @@ func (e *Elector) lead(ctx context.Context, t term, lead func(ctx context.Contex
 		},
 		Deadline: func() time.Time { return t.deadline },
 	}.Run(ctx, lead)
-	if err == nil && time.Now().Before(t.deadline) {
+	// Released whenever the lease may still be this Elector's, also after
+	// a term that lapsed: a renewal whose answer came too late may have
+	// extended it. The fence (owner, epoch) leaves a lease another replica
+	// took untouched.
+	if !errors.Is(err, errLeaseTaken) {
 		e.release(ctx, t.epoch)
 	}
 }
 
+// leaseWriteTimeout bounds an Elector's writes that run on after their
+// context ended: taking the lease, and releasing it.
+const leaseWriteTimeout = 5 * time.Second
+
 // release deletes this Elector's lease of epoch. A failure is logged; the
 // lease then expires after LeaseTTL.
 func (e *Elector) release(ctx context.Context, epoch int64) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseWriteTimeout)
 	defer cancel()
 	if _, err := e.s.locks.DeleteOne(ctx, e.fence(epoch)); err != nil {
 		e.s.log.WarnContext(ctx, "outboxkit/mongo: could not release the lease; it expires after LeaseTTL", "err", err)
