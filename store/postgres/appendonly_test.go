@@ -44,6 +44,25 @@ func TestAppendOnlyIsRecordedAndEnforced(t *testing.T) {
 	if err := log.Ping(ctx); err != nil {
 		t.Fatalf("append-only store after its Migrate: Ping = %v", err)
 	}
+	// The default path's claim indexes are gone: an enqueued row is
+	// written to the indexes the append-only path reads, and no others.
+	defaultIndexes := []string{"outbox_messages_claim_ordered", "outbox_messages_claim_unordered", "outbox_messages_tenant_seq_unleased"}
+	wantIndexes := func(want bool) {
+		t.Helper()
+		for _, ix := range defaultIndexes {
+			var exists bool
+			if err := pg.Pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pg.Name+"."+ix).Scan(&exists); err != nil {
+				t.Fatal(err)
+			}
+			if exists != want {
+				t.Fatalf("index %s exists: %v, want %v", ix, exists, want)
+			}
+		}
+	}
+	wantIndexes(false)
+	if err := log.Migrate(ctx); err != nil {
+		t.Fatalf("append-only store's second Migrate: %v", err)
+	}
 	// Now a default store refuses to start: it would take what the marks
 	// finished as PENDING.
 	if err := plain.Ping(ctx); !errors.Is(err, postgres.ErrStorageMode) {
@@ -104,6 +123,15 @@ func TestAppendOnlyIsRecordedAndEnforced(t *testing.T) {
 		t.Fatalf("default store's Ping after leaving: %v", err)
 	}
 	wantCounts(plain)
+	// The default path's claim indexes are back, and its claims work.
+	wantIndexes(true)
+	if _, err := outbox.New[pgx.Tx](plain, outbox.Options{}).Enqueue(ctx, msg("t", "k", 5), msg("t", "", 6)); err != nil {
+		t.Fatal(err)
+	}
+	got, err = plain.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "q", Now: now.Add(time.Second)})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("default store's claim after leaving: %d messages, %v; want the 2 new ones", len(got), err)
+	}
 	if err := log.Ping(ctx); !errors.Is(err, postgres.ErrStorageMode) {
 		t.Fatalf("append-only store after leaving: Ping = %v, want ErrStorageMode", err)
 	}

@@ -49,7 +49,38 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	// Record Options.AppendOnly, or refuse a store that disagrees with
 	// the record.
-	return s.checkStorage(ctx, true)
+	if err := s.checkStorage(ctx, true); err != nil {
+		return err
+	}
+	if s.opts.AppendOnly {
+		return s.dropDefaultPathIndexes(ctx)
+	}
+	return nil
+}
+
+// defaultPathIndexes are the messages table's indexes that only the
+// default path's claims read. Append-only storage drops them (each costs
+// every enqueued row an index insertion); migrating down to version 13,
+// which leaves it, builds them again (014's down).
+var defaultPathIndexes = []string{"messages_claim_ordered", "messages_claim_unordered", "messages_tenant_seq_unleased"}
+
+// dropDefaultPathIndexes drops defaultPathIndexes where they exist,
+// concurrently: enqueues go on meanwhile.
+func (s *Store) dropDefaultPathIndexes(ctx context.Context) error {
+	for _, ix := range defaultPathIndexes {
+		var exists bool
+		name := s.schema + "." + s.prefix + ix
+		if err := s.db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil {
+			return wrapErr("migrate: append-only indexes", err)
+		}
+		if !exists {
+			continue
+		}
+		if _, err := s.db.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+name); err != nil {
+			return wrapErr("migrate: append-only indexes", err)
+		}
+	}
+	return nil
 }
 
 // MigrateTo moves the schema to version target: up when it is behind, down

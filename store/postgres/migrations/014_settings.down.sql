@@ -23,3 +23,12 @@ WHERE m.status = 'PENDING' AND l.tenant = m.tenant AND l.topic = m.topic AND l.g
 DELETE FROM {{schema}}.{{prefix}}marks;
 
 DROP TABLE {{schema}}.{{prefix}}settings;
+
+-- Append-only storage dropped the default path's claim indexes (Migrate
+-- with Options.AppendOnly): build them again.
+CREATE INDEX IF NOT EXISTS {{prefix}}messages_claim_ordered ON {{schema}}.{{prefix}}messages (seq)
+    WHERE status = 'PENDING' AND grp <> '';
+CREATE INDEX IF NOT EXISTS {{prefix}}messages_claim_unordered ON {{schema}}.{{prefix}}messages (next_attempt_at)
+    WHERE status = 'PENDING' AND grp = '';
+CREATE INDEX IF NOT EXISTS {{prefix}}messages_tenant_seq_unleased ON {{schema}}.{{prefix}}messages (tenant, seq)
+    WHERE claimed_by IS NULL;
