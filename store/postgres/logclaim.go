@@ -357,90 +357,135 @@ func claimedCols() string {
 
 // logClaim is MessageClaim on the append-only path.
 func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]outbox.Message, error) {
-	now := s.at(p.Now)
-	owner := text(p.Owner)
-	run := min(s.opts.ClaimPerGroup, p.Limit)
 	var topics []string
 	if len(p.Topics) > 0 {
 		topics = texts(p.Topics)
 	}
 	c := s.logc.state(strings.Join(topics, "\x00"))
-	c.mu.Lock()
-	backstop := time.Now().After(c.backstop)
-	c.mu.Unlock()
-	if backstop {
-		began := time.Now()
-		var gmin, umin, last *int64
-		c.mu.Lock()
-		ulow := c.ulow
-		c.mu.Unlock()
-		if err := s.logTx(ctx, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, s.lsql.logBackstop, ulow).Scan(&gmin, &umin, &last)
-		}); err != nil {
-			return nil, wrapErr("claim", err)
-		}
-		took := time.Since(began)
-		c.mu.Lock()
-		switch {
-		case gmin != nil && umin != nil:
-			c.floor = min(*gmin, *umin) - 1
-		case gmin != nil:
-			c.floor = *gmin - 1
-		case umin != nil:
-			c.floor = *umin - 1
-		}
-		switch {
-		case umin != nil:
-			c.ulow = *umin - 1
-		case last != nil:
-			c.ulow = max(c.ulow, *last-logUnorderedLookback)
-		}
-		// The marks and due windows go on where they were: reading them
-		// from the start would cost every mark and retry ever written.
-		c.backstop = time.Now().Add(min(max(50*took, logBackstopMin), logBackstopMax))
-		c.mu.Unlock()
-	}
-	c.mu.Lock()
-	from, markSeen, dueFrom := c.floor, c.markSeen, c.dueFrom.Add(-logDueMargin)
-	floor, markTop, xmin := c.floor, c.markSeen, c.xmin
-	margin := time.Since(c.mAt) >= logMarginEvery
-	if margin {
-		from, markSeen, xmin = max(min(c.mFloor, floor)-logMargin, 0), max(min(c.mMark, markTop)-logMargin, 0), c.mXmin
-	}
-	fairFrom := c.fair
-	runGuess := int64(min(max(math.Ceil(c.run), 1), float64(run)))
-	groupsCap := 2 * p.Limit
-	if c.run > 1 {
-		groupsCap = min(max(int(2*float64(p.Limit)/c.run)+16, 16), groupsCap)
-	}
-	carried := c.carry
-	c.carry = nil
-	window := c.window
-	if window == 0 {
-		window = logWindow
-	}
-	c.mu.Unlock()
-	var cts, cps, cgs []string
-	var cparts []int64
-	for _, g := range carried {
-		cts, cps, cgs, cparts = append(cts, g.tenant), append(cps, g.topic), append(cgs, g.grp), append(cparts, g.part)
-	}
-
-	var token pgtype.UUID
-	tok := outbox.NewClaimToken()
-	if err := token.Scan(tok); err != nil {
+	if err := s.logMaybeBackstop(ctx, c); err != nil {
 		return nil, wrapErr("claim", err)
 	}
-	var msgs []outbox.Message
-	var nextFloor, lastMark *int64
-	var nextFair *string
-	var snapXmin *int64
-	var taken, carry []logGroupKey
-	var found int64
+	in := c.next(p.Limit, min(s.opts.ClaimPerGroup, p.Limit))
+	res, err := s.logClaimTx(ctx, p, topics, in)
+	if err != nil {
+		c.mu.Lock()
+		c.carry = append(c.carry, in.carried...)
+		c.mu.Unlock()
+		return nil, wrapErr("claim", err)
+	}
+	s.logKnown.add(res.msgs)
+	c.settle(s, p, in, res)
+	return res.msgs, nil
+}
+
+// logMaybeBackstop runs the backstop when it is due, and moves c's floor
+// back to the first waiting message it found.
+func (s *Store) logMaybeBackstop(ctx context.Context, c *logClaimState) error {
+	c.mu.Lock()
+	due := time.Now().After(c.backstop)
+	ulow := c.ulow
+	c.mu.Unlock()
+	if !due {
+		return nil
+	}
+	began := time.Now()
+	var gmin, umin, last *int64
+	if err := s.logTx(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, s.lsql.logBackstop, ulow).Scan(&gmin, &umin, &last)
+	}); err != nil {
+		return err
+	}
+	took := time.Since(began)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case gmin != nil && umin != nil:
+		c.floor = min(*gmin, *umin) - 1
+	case gmin != nil:
+		c.floor = *gmin - 1
+	case umin != nil:
+		c.floor = *umin - 1
+	}
+	switch {
+	case umin != nil:
+		c.ulow = *umin - 1
+	case last != nil:
+		c.ulow = max(c.ulow, *last-logUnorderedLookback)
+	}
+	// The marks and due windows go on where they were: reading them
+	// from the start would cost every mark and retry ever written.
+	c.backstop = time.Now().Add(min(max(50*took, logBackstopMin), logBackstopMax))
+	return nil
+}
+
+// logClaimIn is what a claim reads from its logClaimState before it runs.
+type logClaimIn struct {
+	run                  int   // the most messages of one group
+	from, markSeen       int64 // where the log window and the marks window start
+	floor, markTop, xmin int64 // the state those were read in (see logNewSince)
+	dueFrom              time.Time
+	margin               bool // this claim reads the margins
+	fairFrom             string
+	runGuess             int64
+	groupsCap, window    int
+	carried              []logGroupKey
+	cts, cps, cgs        []string // carried, as arrays
+	cparts               []int64
+}
+
+// next returns what the next claim of limit messages, at most run per
+// group, starts from, and takes the carried groups.
+func (c *logClaimState) next(limit, run int) logClaimIn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	in := logClaimIn{run: run, from: c.floor, markSeen: c.markSeen, dueFrom: c.dueFrom.Add(-logDueMargin),
+		floor: c.floor, markTop: c.markSeen, xmin: c.xmin, fairFrom: c.fair}
+	in.margin = time.Since(c.mAt) >= logMarginEvery
+	if in.margin {
+		in.from, in.markSeen, in.xmin = max(min(c.mFloor, in.floor)-logMargin, 0), max(min(c.mMark, in.markTop)-logMargin, 0), c.mXmin
+	}
+	in.runGuess = int64(min(max(math.Ceil(c.run), 1), float64(run)))
+	in.groupsCap = 2 * limit
+	if c.run > 1 {
+		in.groupsCap = min(max(int(2*float64(limit)/c.run)+16, 16), in.groupsCap)
+	}
+	in.carried, c.carry = c.carry, nil
+	in.window = c.window
+	if in.window == 0 {
+		in.window = logWindow
+	}
+	for _, g := range in.carried {
+		in.cts, in.cps, in.cgs, in.cparts = append(in.cts, g.tenant), append(in.cps, g.topic), append(in.cgs, g.grp), append(in.cparts, g.part)
+	}
+	return in
+}
+
+// logClaimOut is what a claim's transaction returns.
+type logClaimOut struct {
+	msgs      []outbox.Message
+	taken     []logGroupKey // the groups the take read, in order
+	carry     []logGroupKey // locked, not read: for the next claim
+	found     int64         // the candidates' header column 4
+	nextFloor *int64
+	lastMark  *int64
+	nextFair  *string
+	snapXmin  *int64
+}
+
+// logClaimTx runs a claim's two statements in one transaction: the
+// candidates (which try-lock the groups) and the take (which leases their
+// runs).
+func (s *Store) logClaimTx(ctx context.Context, p outbox.MessageClaimParams, topics []string, in logClaimIn) (logClaimOut, error) {
+	var token pgtype.UUID
+	if err := token.Scan(outbox.NewClaimToken()); err != nil {
+		return logClaimOut{}, err
+	}
+	now := s.at(p.Now)
+	var out logClaimOut
 	err := s.logTx(ctx, func(tx pgx.Tx) error {
-		msgs, taken, carry = nil, nil, nil
-		rows, err := tx.Query(ctx, s.lsql.logCandidates, now, p.Limit, run, window, from, markSeen, dueFrom, topics,
-			s.groupNS+logClaimLockKey, groupsCap, fairFrom, xmin, floor, markTop, runGuess, cts, cps, cgs, cparts)
+		out = logClaimOut{}
+		rows, err := tx.Query(ctx, s.lsql.logCandidates, now, p.Limit, in.run, in.window, in.from, in.markSeen, in.dueFrom, topics,
+			s.groupNS+logClaimLockKey, in.groupsCap, in.fairFrom, in.xmin, in.floor, in.markTop, in.runGuess, in.cts, in.cps, in.cgs, in.cparts)
 		if err != nil {
 			return err
 		}
@@ -455,12 +500,12 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 			}
 			switch {
 			case g == nil:
-				nextFloor, lastMark, nextFair, snapXmin = f, mk, ft, xm
-				found = *part
+				out.nextFloor, out.lastMark, out.nextFair, out.snapXmin = f, mk, ft, xm
+				out.found = *part
 			case f != nil:
-				carry = append(carry, logGroupKey{tenant: *t, topic: *tp, grp: *g, part: *part})
+				out.carry = append(out.carry, logGroupKey{tenant: *t, topic: *tp, grp: *g, part: *part})
 			default:
-				taken = append(taken, logGroupKey{tenant: *t, topic: *tp, grp: *g, part: *part})
+				out.taken = append(out.taken, logGroupKey{tenant: *t, topic: *tp, grp: *g, part: *part})
 				ts, ps, gs, parts = append(ts, *t), append(ps, *tp), append(gs, *g), append(parts, *part)
 			}
 		}
@@ -471,7 +516,7 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 		if len(gs) == 0 {
 			return nil
 		}
-		rows, err = tx.Query(ctx, s.lsql.logTake, now, owner, run, token, ts, ps, gs, parts, p.Limit)
+		rows, err = tx.Query(ctx, s.lsql.logTake, now, text(p.Owner), in.run, token, ts, ps, gs, parts, p.Limit)
 		if err != nil {
 			return err
 		}
@@ -481,41 +526,43 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 			if err != nil {
 				return err
 			}
-			msgs = append(msgs, m)
+			out.msgs = append(out.msgs, m)
 		}
 		return rows.Err()
 	})
-	if err != nil {
-		c.mu.Lock()
-		c.carry = append(c.carry, carried...)
-		c.mu.Unlock()
-		return nil, wrapErr("claim", err)
-	}
-	s.logKnown.add(msgs)
+	return out, err
+}
+
+// settle records a claim's result in c: the groups to carry, the window's
+// size, the mean run, the floor and the marks read, and the margins'
+// wake-up.
+func (c *logClaimState) settle(s *Store, p outbox.MessageClaimParams, in logClaimIn, out logClaimOut) {
 	// The take fills the groups whole, in order, up to the claim's limit:
 	// the groups after the last it filled got nothing, and are carried;
 	// the last one's run may be cut, so the mean run counts the others.
-	filled := make(map[logGroupKey]int, len(taken))
-	for _, m := range msgs {
+	filled := make(map[logGroupKey]int, len(out.taken))
+	for _, m := range out.msgs {
 		filled[logKeyOf(m)]++
 	}
+	carry := out.carry
 	var runs, inRuns int
-	for i, g := range taken {
+	for i, g := range out.taken {
 		n, ok := filled[g]
 		switch {
 		case !ok:
 			carry = append(carry, g)
-		case len(msgs) < p.Limit || i+1 < len(taken) && filled[taken[i+1]] > 0 || len(filled) == 1:
+		case len(out.msgs) < p.Limit || i+1 < len(out.taken) && filled[out.taken[i+1]] > 0 || len(filled) == 1:
 			runs, inRuns = runs+1, inRuns+n
 		}
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.carry = append(c.carry, carry...)
-	switch found {
+	switch out.found {
 	case 1:
-		c.window = max(window/2, logWindowMin)
+		c.window = max(in.window/2, logWindowMin)
 	case 2:
-		c.window = min(window*2, logWindow)
+		c.window = min(in.window*2, logWindow)
 	}
 	if runs > 0 {
 		r := float64(inRuns) / float64(runs)
@@ -527,16 +574,16 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 	// The floor, the last mark read and the snapshot they were read in
 	// are one state (see logNewSince): each claim's is valid, so the last
 	// claim's is kept, even behind a concurrent claim's (that reads more).
-	if nextFloor != nil && snapXmin != nil {
-		c.floor, c.xmin = *nextFloor, *snapXmin
-		if lastMark != nil {
-			c.markSeen = max(*lastMark, markTop)
+	if out.nextFloor != nil && out.snapXmin != nil {
+		c.floor, c.xmin = *out.nextFloor, *out.snapXmin
+		if out.lastMark != nil {
+			c.markSeen = max(*out.lastMark, in.markTop)
 		}
-		if margin {
-			c.mFloor, c.mMark, c.mXmin, c.mAt = floor, markTop, *snapXmin, time.Now()
+		if in.margin {
+			c.mFloor, c.mMark, c.mXmin, c.mAt = in.floor, in.markTop, *out.snapXmin, time.Now()
 		}
 	}
-	if !margin && !c.mWake {
+	if !in.margin && !c.mWake {
 		// A message that committed late, after this claim passed it, is
 		// found by the next claim that reads the margins. Without a
 		// wake-up, the last ones of a burst would wait for the poll
@@ -549,14 +596,12 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 			s.wakers.wakeAll()
 		})
 	}
-	if nextFair != nil {
-		c.fair = *nextFair
+	if out.nextFair != nil {
+		c.fair = *out.nextFair
 	}
-	if now.After(c.dueFrom) {
+	if now := s.at(p.Now); now.After(c.dueFrom) {
 		c.dueFrom = now
 	}
-	c.mu.Unlock()
-	return msgs, nil
 }
 
 // logTx runs fn in a transaction with logSettings, committed when fn
