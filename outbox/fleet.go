@@ -1173,15 +1173,25 @@ func (s *fleetStore) Wakeups(ctx context.Context) <-chan struct{} {
 // extends nothing and reports no lease lost, as a processor without it
 // never extends.
 func (s *fleetStore) MessageExtendLease(ctx context.Context, p MessageExtendLeaseParams) (ExtendLeaseResult, error) {
+	res, _, err := s.extendInSlot(ctx, p, func() time.Time { return p.Now })
+	return res, err
+}
+
+// extendInSlot is MessageExtendLease with p.Now read from now once the
+// extension holds its budget slot (the processor's heartbeat: see
+// slotExtender); it returns that Now.
+func (s *fleetStore) extendInSlot(ctx context.Context, p MessageExtendLeaseParams, now func() time.Time) (ExtendLeaseResult, time.Time, error) {
 	ext, ok := s.Store.(LeaseExtender)
 	if !ok {
-		return ExtendLeaseResult{}, nil
+		return ExtendLeaseResult{}, now(), nil
 	}
 	if err := s.enter(ctx); err != nil {
-		return ExtendLeaseResult{}, err
+		return ExtendLeaseResult{}, time.Time{}, err
 	}
 	defer s.leave()
-	return ext.MessageExtendLease(ctx, p)
+	p.Now = now()
+	res, err := ext.MessageExtendLease(ctx, p)
+	return res, p.Now, err
 }
 
 // MessagePendingTopics is the store's (PendingTopicLister); a store

@@ -187,12 +187,12 @@ func (p *Processor) extendLeases(ctx context.Context, ext LeaseExtender, age tim
 		n := min(len(due), chunk)
 		part := due[:n]
 		due = due[n:]
-		params := MessageExtendLeaseParams{Owner: p.cfg.ID, Now: now, Leases: make([]Lease, n)}
+		params := MessageExtendLeaseParams{Owner: p.cfg.ID, Leases: make([]Lease, n)}
 		for i, l := range part {
 			params.Leases[i] = Lease{Topic: l.topic, ID: l.id, Attempt: l.attempt, ClaimToken: l.token}
 		}
 		cctx, cancel := context.WithTimeout(ctx, max(p.cfg.ProcessingTimeout/2, time.Second))
-		res, err := ext.MessageExtendLease(cctx, params)
+		res, extendedAt, err := p.extend(cctx, ext, params)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -209,11 +209,32 @@ func (p *Processor) extendLeases(ctx context.Context, ext LeaseExtender, age tim
 			if lost[l.id] {
 				l.lost = true
 			} else {
-				l.renewed = now
+				l.renewed = extendedAt
 			}
 		}
 		p.leaseMu.Unlock()
 	}
+}
+
+// slotExtender is a store whose calls may wait for a slot before they
+// reach the database, as slotClaimer. extendInSlot reads the extension's
+// Now from now once it holds the slot, and returns it.
+type slotExtender interface {
+	extendInSlot(ctx context.Context, p MessageExtendLeaseParams, now func() time.Time) (ExtendLeaseResult, time.Time, error)
+}
+
+// extend extends p's leases to p.Now, read from the processor's clock as
+// the call reaches the store, and returns it. Not before a slot was waited
+// for (see claim): the leases of an extension that waited for one started
+// again as long before as it waited, so that a few such waits in a row
+// let recovery take messages being published.
+func (p *Processor) extend(ctx context.Context, ext LeaseExtender, params MessageExtendLeaseParams) (ExtendLeaseResult, time.Time, error) {
+	if s, ok := ext.(slotExtender); ok {
+		return s.extendInSlot(ctx, params, p.cfg.Clock.Now)
+	}
+	params.Now = p.cfg.Clock.Now()
+	res, err := ext.MessageExtendLease(ctx, params)
+	return res, params.Now, err
 }
 
 // addUnrecorded counts published messages whose outcomes wait to be

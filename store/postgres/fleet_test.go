@@ -711,6 +711,25 @@ func (s *slotStore) MessagePendingTopics(ctx context.Context, p outbox.MessagePe
 	return s.pg.MessagePendingTopics(ctx, p)
 }
 
+// checkOnce waits for the n messages of db, stops the fleet, and checks
+// that each was published, claimed once, and never recovered.
+func (s *slotStore) checkOnce(t *testing.T, f *outbox.Fleet, stop func(), log *fleetLog, db string, n int) {
+	t.Helper()
+	log.await(t, n, 20*time.Second)
+	status := f.Status()
+	stop()
+	log.check(t, map[string]int{db: n})
+	if len(status.Shards) != 1 {
+		t.Fatalf("serving %d databases, want 1", len(status.Shards))
+	}
+	if got := status.Shards[0].Progress.Claimed; got != int64(n) {
+		t.Errorf("%d messages claimed, want %d: each once", got, n)
+	}
+	if got := s.recovered.Load(); got != 0 {
+		t.Errorf("%d leases recovered, want none", got)
+	}
+}
+
 // TestFleetClaimAfterSlotWait: a claim that waits for a slot of the
 // fleet's store-call budget (MaxStoreCalls) for longer than
 // ProcessingTimeout publishes what it claims: its leases begin when it
@@ -762,17 +781,78 @@ func TestFleetClaimAfterSlotWait(t *testing.T) {
 	if b := <-backlogs; len(b) != 1 || b[0].Err != nil {
 		t.Fatalf("backlogs: %+v", b)
 	}
-	log.await(t, n, 20*time.Second)
-	status := f.Status()
-	stop()
-	log.check(t, map[string]int{dbs[0]: n})
-	if len(status.Shards) != 1 {
-		t.Fatalf("serving %d databases, want 1", len(status.Shards))
+	st.checkOnce(t, f, stop, log, dbs[0], n)
+}
+
+// offsetClock is the system clock moved forward by off: a processor's
+// clock that a test moves on while the processor waits.
+type offsetClock struct{ off atomic.Int64 }
+
+func (c *offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
+
+// TestFleetExtendAfterSlotWait: a lease extension that waited for a slot
+// of the fleet's store-call budget while the processor's clock moved on by
+// twice ProcessingTimeout keeps the message it extends: the leases start
+// again when it holds the slot, not when it began to wait. They started
+// again before, already older than ProcessingTimeout by then, so recovery
+// took the message while it was being published (claimed twice). The clock
+// moves instead of the test waiting that long: the extension gives up
+// waiting for a slot after ProcessingTimeout/2 (1s at least).
+func TestFleetExtendAfterSlotWait(t *testing.T) {
+	pg, ctx, leaser := fleetSetup(t, 4, time.Minute)
+	dbs, outboxes := fleetDatabases(ctx, t, pg, 1)
+	st := &slotStore{firstClaim: make(chan struct{}), held: make(chan struct{}), hold: make(chan struct{})}
+	const (
+		pt = time.Second
+		n  = 3
+	)
+	for i := range n {
+		if _, err := outboxes[dbs[0]].Enqueue(ctx, msg("t", "g", i)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if got := status.Shards[0].Progress.Claimed; got != n {
-		t.Errorf("%d messages claimed, want %d: each once", got, n)
+	log := &fleetLog{}
+	inner := log.publisher(t, "solo")
+	publishing, release := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	pub := outbox.PublisherFunc(func(ctx context.Context, ms []outbox.Message) []outbox.Result {
+		first.Do(func() { close(publishing); <-release })
+		return inner.Publish(ctx, ms)
+	})
+	clock := &offsetClock{}
+	f, err := outbox.NewFleet(outbox.FleetConfig{
+		ID: "solo", Databases: outbox.StaticDatabases(dbs...), Leaser: leaser, LeaseTTL: 2 * time.Second,
+		MaxStoreCalls: 1, Publisher: pub,
+		Open: func(ctx context.Context, db string) (outbox.ShardStore, error) {
+			s, err := postgres.New(pg.Pool, postgres.Options{Schema: db})
+			st.Store, st.pg = s, s
+			return outbox.ShardStore{Store: st}, err
+		},
+		Processor: outbox.Config{AllTopics: true, ProcessingTimeout: pt, RecoveryInterval: 100 * time.Millisecond, Clock: clock},
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := st.recovered.Load(); got != 0 {
-		t.Errorf("%d leases recovered, want none", got)
+	stop := runFleet(t, ctx, f)
+	select {
+	case <-publishing:
+	case <-ctx.Done():
+		t.Fatal("the database's processor never published")
 	}
+	// The only slot is held while the messages are being published: the
+	// heartbeat's extension (every ProcessingTimeout/4) begins to wait for
+	// it, then the clock moves on, then the slot is free.
+	backlogs := make(chan []outbox.ShardBacklog, 1)
+	go func() { backlogs <- f.Backlogs(ctx) }()
+	<-st.held
+	time.Sleep(pt / 2)
+	clock.off.Store(int64(2 * pt))
+	time.Sleep(pt / 10)
+	close(st.hold)
+	if b := <-backlogs; len(b) != 1 || b[0].Err != nil {
+		t.Fatalf("backlogs: %+v", b)
+	}
+	time.Sleep(pt / 2) // recovery runs every 100 ms
+	close(release)
+	st.checkOnce(t, f, stop, log, dbs[0], n)
 }
