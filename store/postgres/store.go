@@ -324,15 +324,19 @@ func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 }
 
 // Ping implements outbox.Pinger: it checks that the server answers, that
-// the store's tables exist (an error wrapping SQLSTATE 42P01 when Migrate
-// has not run) and that Options.AppendOnly matches the database's storage
-// (ErrStorageMode), without reading a message.
+// the store's tables exist (an error matching outbox.ErrNotMigrated, and
+// wrapping the server's SQLSTATE 42P01, when Migrate has not run) and that
+// Options.AppendOnly matches the database's storage (ErrStorageMode),
+// without reading a message.
 func (s *Store) Ping(ctx context.Context) error {
 	q := "SELECT NULL FROM " + s.messages + " LIMIT 0"
 	if s.logMode {
 		q = "(" + q + ") UNION ALL (SELECT NULL FROM " + s.marksTable() + " LIMIT 0)"
 	}
 	if _, err := s.db.Exec(ctx, q); err != nil {
+		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42P01" {
+			return fmt.Errorf("postgres: ping: %w (%w)", outbox.ErrNotMigrated, err)
+		}
 		return wrapErr("ping", err)
 	}
 	return s.checkStorage(ctx, false)

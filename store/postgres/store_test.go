@@ -387,6 +387,12 @@ func TestPingBeforeMigrate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := s.Ping(ctx); !errors.Is(err, outbox.ErrNotMigrated) {
+		t.Fatalf("Ping before Migrate = %v, want ErrNotMigrated", err)
+	}
+	// Run probes with Ping first (that Run calls Ping is shown by
+	// TestAppendOnlyIsRecordedAndEnforced: only Ping checks the storage
+	// mode).
 	err = outbox.Run(ctx, s, &outboxtest.Recorder{}, outbox.Config{AllTopics: true})
 	if !errors.Is(err, outbox.ErrNotMigrated) {
 		t.Fatalf("Run before Migrate = %v, want ErrNotMigrated", err)
