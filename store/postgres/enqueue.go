@@ -203,7 +203,7 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 		next[i] = m.NextAttemptAt
 	}
 	var args []any
-	if n == 1 { // the same statement with scalars (see buildSQL)
+	if n == 1 { // the same statement with scalars (see enqueueVariantSQL)
 		args = []any{ids[0], tenants[0], topics[0], groups[0], keys[0], payloads[0], headers[0], maxAttempts[0], next[0], types[0], binary[0]}
 	} else {
 		args = []any{ids, nullIfAll(tenants, ""), topics, groups, nullIfSame(keys, ids), byteArray(payloads), byteArray(headers),
@@ -287,7 +287,7 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 }
 
 // nullIfAll returns col, or nil (a NULL array, which the statement fills
-// with its default, see buildSQL) when every element is v.
+// with its default, see enqueueVariantSQL) when every element is v.
 func nullIfAll(col []string, v string) []string {
 	for _, e := range col {
 		if e != v {
@@ -347,3 +347,119 @@ func enqueueErr(err error) error {
 	}
 	return wrapErr("enqueue", err)
 }
+
+// Bits of an enqueue statement variant.
+const (
+	enqueueOne       = 1 << iota // one message, scalar parameters (else arrays)
+	enqueueNotify                // with the NOTIFY part
+	enqueueUnchecked             // no ON CONFLICT: every message's ID was generated for this call and it has no key of its own
+)
+
+// enqueueStmt is the enqueue statement for one message or several, with
+// or without the NOTIFY part, with or without the conflict check.
+func (t *sqlText) enqueueStmt(one, notify, unchecked bool) string {
+	v := 0
+	if one {
+		v |= enqueueOne
+	}
+	if notify {
+		v |= enqueueNotify
+	}
+	if unchecked {
+		v |= enqueueUnchecked
+	}
+	return t.enqueue[v]
+}
+
+// enqueueVariantSQL is the enqueue statement's variant v (the enqueueOne,
+// enqueueNotify and enqueueUnchecked bits). input: the messages, from
+// arrays ($1-$11), or with one from scalars: a one-row input has the same
+// estimates whatever its values, so after five executions PostgreSQL's
+// plan cache settles on the generic plan; with arrays it kept re-planning
+// the statement for every single-message enqueue on most connections (an
+// unnest of a parameter is estimated at 100 rows, a planned one at 1, so
+// the generic plan always looked dearer).
+func enqueueVariantSQL(v int) string {
+	one, notify := v&enqueueOne != 0, v&enqueueNotify != 0
+	// The arrays of tenants ($2), keys ($5) and content types ($10)
+	// are NULL when every message has the default (tenant '', key =
+	// ID, content type ''), those of payloads, headers and binary
+	// payloads when no message has one (see enqueue): unnest pads a
+	// NULL array with NULLs.
+	input := `SELECT u.id, coalesce(u.tenant, '') AS tenant, u.topic, u.grp, coalesce(u.ikey, u.id) AS ikey, u.payload, u.headers,
+		u.max_attempts, u.next_attempt_at, coalesce(u.content_type, '') AS content_type, u.payload_bytes, u.ord
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int4[], $9::timestamptz[],
+		$10::text[], $11::bytea[])
+		WITH ORDINALITY AS u(id, tenant, topic, grp, ikey, payload, headers, max_attempts, next_attempt_at, content_type, payload_bytes, ord)`
+	if one {
+		input = `SELECT $1::text AS id, $2::text AS tenant, $3::text AS topic, $4::text AS grp, $5::text AS ikey,
+		$6::text AS payload, $7::text AS headers, $8::int4 AS max_attempts, $9::timestamptz AS next_attempt_at,
+		$10::text AS content_type, $11::bytea AS payload_bytes, 1::bigint AS ord`
+	}
+	conflict := "ON CONFLICT DO NOTHING"
+	if v&enqueueUnchecked != 0 {
+		conflict = ""
+	}
+	notifyCTE, notifyJoin := "", ""
+	if notify {
+		// Notify only when a listener is idle: it holds the notify
+		// lock, so the shared try fails. When it succeeds the
+		// listeners are short-polling and this transaction holds the
+		// lock shared until it ends (see notify.go).
+		notifyCTE = `, notified AS (
+	SELECT count(pg_notify($14, '')) AS n FROM (SELECT 1 FROM ins LIMIT 1) x
+	WHERE NOT pg_try_advisory_xact_lock_shared($15::int8)
+)`
+		notifyJoin = " CROSS JOIN notified"
+	}
+	return `WITH input AS (
+	` + input + `
+), locks AS MATERIALIZED (
+	-- Serialise the enqueues of each group until commit, taken before any
+	-- sequence number is drawn, in key order (no deadlock inside a batch).
+	-- A group's commit order is therefore its sequence order.
+	SELECT count(*) AS n FROM (
+		SELECT pg_advisory_xact_lock($13::int4, k) FROM (
+			SELECT DISTINCT hashtext(tenant || chr(31) || topic || chr(31) || grp) AS k
+			FROM input WHERE grp <> '' ORDER BY 1
+		) keys
+	) taken
+), ins AS (
+	INSERT INTO {T} (id, tenant, topic, grp, idempotency_key, status, attempts, max_attempts,
+		next_attempt_at, created_at, updated_at, headers, payload, content_type, payload_bytes)
+	SELECT i.id, i.tenant, i.topic, i.grp, i.ikey, 'PENDING', 0, i.max_attempts,
+		i.next_attempt_at, $12, $12, i.headers::jsonb, i.payload::json, i.content_type, i.payload_bytes
+	FROM input i CROSS JOIN locks l
+	WHERE l.n >= 0
+	-- No other read of the table: the plan is cached (generic after five
+	-- executions) and must stay right however the table grows.
+	ORDER BY i.ord
+	-- Both unique indexes are arbiters: a repeated key (the idempotency
+	-- index, keyed messages only) and a repeated ID (the primary key; a
+	-- keyless message's key is its ID) are skipped, and enqueue looks the
+	-- stored message up. A keyless message probes the primary key only.
+	-- So an explicit key is matched against explicit keys, and a keyless
+	-- message against IDs. Left out (enqueueUnchecked) when every message
+	-- is keyless with an ID generated for this call, which no stored
+	-- message can have: a speculative insertion costs a probe of each
+	-- arbiter and a WAL record more per row.
+	` + conflict + `
+	RETURNING id, seq
+)` + notifyCTE + `
+SELECT ins.id, ins.seq FROM ins` + notifyJoin
+}
+
+// existingSQL finds stored messages by (tenant, key): a keyed one through
+// the idempotency index, a keyless one (its key is its ID) through the
+// primary key.
+const existingSQL = `SELECT {MCOLS} FROM unnest($1::text[], $2::text[]) AS k(tenant, ikey)
+	JOIN {T} m ON m.tenant = k.tenant AND m.idempotency_key = k.ikey AND m.idempotency_key <> m.id
+UNION ALL
+SELECT {MCOLS} FROM unnest($1::text[], $2::text[]) AS k(tenant, ikey)
+	JOIN {T} m ON m.id = k.ikey AND m.tenant = k.tenant AND m.idempotency_key = m.id`
+
+// abortClashSQL fails, aborting the caller's transaction: run when an
+// enqueue refuses a call whose other messages it inserted already.
+const abortClashSQL = `DO $$BEGIN RAISE EXCEPTION USING ERRCODE = 'unique_violation',
+	MESSAGE = 'outboxkit: enqueue refused: a caller-chosen message ID is already used by another message; the transaction is aborted';
+END$$`

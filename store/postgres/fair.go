@@ -121,3 +121,19 @@ func (s *Store) claimFair(ctx context.Context, key string, p outbox.MessageClaim
 	s.floors.claimed(msgs)
 	return msgs, nil
 }
+
+// fairTenantsSQL is the next $2 tenants from $1 on (in byte order) that
+// have a waiting message: one descent of the group index each.
+func fairTenantsSQL() string {
+	return `WITH RECURSIVE tn AS (
+	(SELECT m.tenant FROM {T} m WHERE ` + waiting("m") + ` AND m.tenant >= $1
+	ORDER BY m.tenant, m.topic, m.grp, m.seq
+	LIMIT 1)
+	UNION ALL
+	SELECT (SELECT m.tenant FROM {T} m WHERE ` + waiting("m") + ` AND m.tenant > tn.tenant
+		ORDER BY m.tenant, m.topic, m.grp, m.seq
+		LIMIT 1)
+	FROM tn WHERE tn.tenant IS NOT NULL
+)
+SELECT tenant FROM tn WHERE tenant IS NOT NULL LIMIT $2`
+}

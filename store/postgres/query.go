@@ -11,6 +11,9 @@ import (
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
+// getSQL reads one message by (tenant, ID).
+const getSQL = `SELECT {COLS} FROM {T} WHERE tenant = $1 AND id = $2`
+
 // MessageGet returns one message of a tenant, or an error matching
 // outbox.ErrNotFound.
 func (s *Store) MessageGet(ctx context.Context, p outbox.MessageGetParams) (outbox.Message, error) {
@@ -26,6 +29,27 @@ func (s *Store) MessageGet(ctx context.Context, p outbox.MessageGetParams) (outb
 	}
 	return m, nil
 }
+
+// listFilter is the list's filters, the same in both of its parts.
+const listFilter = ` AND ($3 = '' OR status = $3) AND ($4 = '' OR topic = $4) AND ($5 = '' OR grp = $5)
+		AND (NOT $7::boolean OR (status = 'FAILED' AND blocks_group))`
+
+// listSQL reads a tenant's messages: the (tenant, seq) index holds every
+// row but the leased ones (claimed_by set: see migration 10), which the
+// lease index holds; the two are merged by seq.
+const listSQL = `SELECT {COLS} FROM (
+	(SELECT {COLS} FROM {T}
+	WHERE tenant = $1 AND seq > $2 AND claimed_by IS NULL AND status <> 'PROCESSING'` + listFilter + `
+	ORDER BY seq
+	LIMIT $6)
+	UNION ALL
+	(SELECT {COLS} FROM {T}
+	WHERE status = 'PROCESSING' AND tenant = $1 AND seq > $2` + listFilter + `
+	ORDER BY seq
+	LIMIT $6)
+) l
+ORDER BY seq
+LIMIT $6`
 
 // MessageList returns a page of a tenant's messages in Seq order.
 func (s *Store) MessageList(ctx context.Context, p outbox.MessageListParams) (outbox.MessagePage, error) {
@@ -81,6 +105,18 @@ func (s *Store) list(ctx context.Context, q querier, p outbox.MessageListParams)
 	return page, nil
 }
 
+// countSQL counts a tenant's messages by status, in the (tenant, seq)
+// index and the lease index, as listSQL reads them.
+const countSQL = `SELECT status, count(*) FROM (
+	SELECT status FROM {T} WHERE tenant = $1 AND claimed_by IS NULL AND status <> 'PROCESSING'
+	UNION ALL
+	SELECT status FROM {T} WHERE status = 'PROCESSING' AND tenant = $1
+) c
+GROUP BY status`
+
+// countAllSQL counts every message by status.
+const countAllSQL = `SELECT status, count(*) FROM {T} GROUP BY status`
+
 // MessageCount counts a tenant's messages (or everyone's, with AllTenants)
 // by status; every status is in the map.
 func (s *Store) MessageCount(ctx context.Context, p outbox.MessageCountParams) (map[outbox.Status]int64, error) {
@@ -114,6 +150,24 @@ func (s *Store) MessageCount(ctx context.Context, p outbox.MessageCountParams) (
 	}
 	return out, nil
 }
+
+// attemptsSQL reads the attempts of a message, with a first-attempt
+// success read from the message row (sent_* columns: see finishSQL) as
+// attempt 1.
+const attemptsSQL = `SELECT message_id, tenant, number, outcome, error_code, error_message, provider_response,
+	next_attempt_at, started_at, finished_at
+FROM (
+	SELECT 0::bigint AS k, m.id AS message_id, m.tenant, 1 AS number, 'SUCCEEDED'::text AS outcome,
+		NULL::text AS error_code, NULL::text AS error_message, m.sent_response AS provider_response,
+		NULL::timestamptz AS next_attempt_at, m.sent_started_at AS started_at, m.sent_finished_at AS finished_at
+	FROM {T} m
+	WHERE m.tenant = $1 AND m.id = $2 AND m.sent_finished_at IS NOT NULL
+	UNION ALL
+	SELECT id, message_id, tenant, number, outcome, error_code, error_message, provider_response,
+		next_attempt_at, started_at, finished_at
+	FROM {A} WHERE tenant = $1 AND message_id = $2
+) h
+ORDER BY k`
 
 // AttemptList returns the attempts of a tenant's message, oldest first
 // (none for an unknown message).
@@ -154,6 +208,17 @@ func (s *Store) AttemptList(ctx context.Context, p outbox.AttemptListParams) ([]
 	return out, nil
 }
 
+// cancelSQL cancels a PENDING message or a dead letter. A cancelled dead
+// letter that blocked its group releases it: the processors are woken.
+const cancelSQL = `WITH upd AS (
+	UPDATE {T} SET status = 'CANCELLED', updated_at = $3, blocks_group = false
+	WHERE tenant = $1 AND id = $2 AND status IN ('PENDING', 'FAILED')
+	RETURNING {COLS}
+), woke AS (
+	SELECT count(pg_notify($4, '')) AS n FROM (SELECT 1 FROM upd LIMIT 1) x WHERE $4 <> ''
+)
+SELECT upd.* FROM upd CROSS JOIN woke`
+
 // MessageCancel moves a PENDING message or a dead letter (FAILED) to
 // CANCELLED, and wakes the processors (a dead letter that blocked its group
 // releases it). A message in another status returns an error wrapping
@@ -184,6 +249,48 @@ func (s *Store) MessageCancel(ctx context.Context, p outbox.MessageCancelParams)
 	}
 	return m, nil
 }
+
+// requeueSet is what a requeue sets (MessageRequeue).
+const requeueSet = `status = 'PENDING', attempts = 0, recoveries = 0, next_attempt_at = $3, updated_at = $3,
+		claimed_at = NULL, claimed_by = NULL, claim_token = NULL, provider_message_id = NULL, blocks_group = false,
+		sent_at = NULL, delivered_at = NULL, read_at = NULL,
+		sent_response = NULL, sent_started_at = NULL, sent_finished_at = NULL`
+
+// requeueSQL requeues a dead letter. A requeue clears sent_at: a
+// first-attempt success kept on the message row moves to the attempts
+// table first. A dead letter of a group that did not hold its group (later
+// messages may have been published since) takes a new sequence number,
+// drawn under its group's enqueue lock: it goes to the end of its group,
+// as a new message would, and stays above every group floor (see
+// groupFloors). One that held its group keeps its place (first).
+const requeueSQL = `WITH old AS (
+	SELECT id, tenant, topic, grp, blocks_group, sent_response, sent_started_at, sent_finished_at FROM {T}
+	WHERE tenant = $1 AND id = $2 AND status = 'FAILED'
+	FOR UPDATE
+), lk AS MATERIALIZED (
+	SELECT count(pg_advisory_xact_lock($5::int4, hashtext(tenant || chr(31) || topic || chr(31) || grp))) AS n
+	FROM old WHERE grp <> '' AND NOT blocks_group
+), upd_keep AS (
+	UPDATE {T} m SET ` + requeueSet + `
+	FROM old
+	WHERE m.id = old.id AND m.status = 'FAILED' AND (old.blocks_group OR old.grp = '')
+	RETURNING {MCOLS}
+), upd_move AS (
+	UPDATE {T} m SET seq = DEFAULT, ` + requeueSet + `
+	FROM old CROSS JOIN lk
+	WHERE m.id = old.id AND m.status = 'FAILED' AND NOT old.blocks_group AND old.grp <> '' AND lk.n >= 0
+	RETURNING {MCOLS}
+), upd AS (
+	SELECT * FROM upd_keep UNION ALL SELECT * FROM upd_move
+), kept AS (
+	INSERT INTO {A} (message_id, tenant, number, outcome, provider_response, started_at, finished_at)
+	SELECT old.id, old.tenant, 1, 'SUCCEEDED', old.sent_response, old.sent_started_at, old.sent_finished_at
+	FROM old JOIN upd ON upd.id = old.id
+	WHERE old.sent_finished_at IS NOT NULL
+), woke AS (
+	SELECT count(pg_notify($4, '')) AS n FROM (SELECT 1 FROM upd LIMIT 1) x WHERE $4 <> ''
+)
+SELECT upd.* FROM upd CROSS JOIN woke`
 
 // MessageRequeue moves a FAILED message back to PENDING, due at p.Now, with
 // its attempts reset and its provider fields cleared, and wakes the
@@ -216,6 +323,10 @@ func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParam
 	return m, nil
 }
 
+// statusOfSQL reads one message's status, to tell why a change was
+// refused.
+const statusOfSQL = `SELECT status FROM {T} WHERE tenant = $1 AND id = $2`
+
 // transitionErr explains why a conditional update touched no row.
 func (s *Store) transitionErr(ctx context.Context, tenant, id string, ev outbox.Event) error {
 	var st string
@@ -232,6 +343,19 @@ func (s *Store) transitionErr(ctx context.Context, tenant, id string, ev outbox.
 	}
 	return terr
 }
+
+// receiptLockSQL reads and locks the latest message a provider's
+// receipt names (tenant, provider message ID).
+const receiptLockSQL = `SELECT {COLS} FROM {T}
+WHERE tenant = $1 AND provider_message_id = $2
+ORDER BY seq DESC
+LIMIT 1
+FOR UPDATE`
+
+// receiptUpdateSQL writes the state a receipt moved a message to.
+const receiptUpdateSQL = `UPDATE {T} SET status = $2, sent_at = $3, delivered_at = $4, read_at = $5,
+	last_error_code = $6, last_error_message = $7, updated_at = $8
+WHERE id = $1`
 
 // MessageApplyReceipt applies a provider receipt to the tenant's message
 // with that provider message ID (the newest, if several), with
@@ -282,6 +406,28 @@ func (s *Store) MessageApplyReceipt(ctx context.Context, p outbox.MessageApplyRe
 	}
 	return outbox.ReceiptResult{Message: next, Changed: true, Previous: prev}, nil
 }
+
+// pruneSQL deletes up to $2 finished messages (statuses $3, of topic $4
+// or any) last changed before $1, oldest first, with their attempts; rows
+// another transaction holds are skipped. A dead letter that holds its
+// group is never pruned.
+const pruneSQL = `WITH victims AS (
+	SELECT id FROM {T}
+	WHERE status = ANY($3::text[]) AND updated_at < $1 AND NOT blocks_group AND ($4 = '' OR topic = $4)
+	ORDER BY updated_at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+), del AS (
+	DELETE FROM {T} m USING victims v WHERE m.id = v.id RETURNING m.id
+), del_attempts AS (
+	DELETE FROM {A} a USING del WHERE a.message_id = del.id
+)
+SELECT count(*) FROM del`
+
+// pruneCountSQL counts the messages pruneSQL would delete, without its
+// limit (a dry run).
+const pruneCountSQL = `SELECT count(*) FROM {T}
+	WHERE status = ANY($2::text[]) AND updated_at < $1 AND NOT blocks_group AND ($3 = '' OR topic = $3)`
 
 // MessagePrune deletes up to p.Limit (default 1,000) finished messages
 // (SENT, DELIVERED, FAILED, CANCELLED, or p.Statuses; of p.Topic when set)
