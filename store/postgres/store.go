@@ -19,6 +19,11 @@ import (
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
+// DefaultTablePrefix is the prefix of the store's tables and indexes when
+// Options.TablePrefix is empty: outbox_messages, outbox_attempts,
+// outbox_migrations and the others.
+const DefaultTablePrefix = "outbox_"
+
 // DefaultClaimPerGroup is the default of Options.ClaimPerGroup.
 const DefaultClaimPerGroup = 100
 
@@ -47,7 +52,8 @@ type Options struct {
 	Schema string
 	// TablePrefix starts every table and index name (<prefix>messages,
 	// <prefix>attempts, <prefix>migrations). It must be "" or a lowercase
-	// identifier fragment ([a-z_][a-z0-9_]*). Defaults to "outbox_".
+	// identifier fragment ([a-z_][a-z0-9_]*). Defaults to
+	// DefaultTablePrefix.
 	TablePrefix string
 	// Clock supplies the time when a Params struct has no Now. Defaults to
 	// outbox.SystemClock.
@@ -180,7 +186,7 @@ func New(db DB, opts Options) (*Store, error) {
 		opts.Schema = "public"
 	}
 	if opts.TablePrefix == "" {
-		opts.TablePrefix = "outbox_"
+		opts.TablePrefix = DefaultTablePrefix
 	}
 	if !identRE.MatchString(opts.Schema) || len(opts.Schema) > 63 {
 		return nil, outbox.InvalidParam("Schema", "must be a lowercase identifier ([a-z_][a-z0-9_]*, at most 63 bytes)")
