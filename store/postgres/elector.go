@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkit/outboxkit/internal/elect"
 	"github.com/outboxkit/outboxkit/internal/surface"
 )
 
@@ -66,15 +67,7 @@ type Elector struct {
 
 // Elector returns an Elector for this store's outbox.
 func (s *Store) Elector(opts ElectorOptions) *Elector {
-	if opts.Name == "" {
-		opts.Name = "processor"
-	}
-	if opts.RetryInterval <= 0 {
-		opts.RetryInterval = 5 * time.Second
-	}
-	if opts.CheckInterval <= 0 {
-		opts.CheckInterval = 2 * time.Second
-	}
+	elect.Default(&opts.Name, &opts.RetryInterval, &opts.CheckInterval)
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(opts.Name))
 	return &Elector{s: s, opts: opts, nsKey: ns(s.messages + ":leader"), key: int32(h.Sum32())} //nolint:gosec // a hash
