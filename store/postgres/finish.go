@@ -181,10 +181,7 @@ func (s *Store) finishArgs(now time.Time, owner string, outcomes []outbox.Outcom
 			}
 		}
 	}
-	channel := s.channel
-	if s.opts.DisableNotify {
-		channel = ""
-	}
+	channel := s.notifyChannel()
 	// withTID appends a kind's tuple IDs when the rows are found by them.
 	withTID := func(args []any, t []string) []any {
 		if tids != nil {

@@ -227,10 +227,7 @@ func (s *Store) MessageCancel(ctx context.Context, p outbox.MessageCancelParams)
 	if err := p.Validate(); err != nil {
 		return outbox.Message{}, err
 	}
-	channel := s.channel
-	if s.opts.DisableNotify {
-		channel = ""
-	}
+	channel := s.notifyChannel()
 	var m outbox.Message
 	var err error
 	if s.logMode {
@@ -300,10 +297,7 @@ func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParam
 	if err := p.Validate(); err != nil {
 		return outbox.Message{}, err
 	}
-	channel := s.channel
-	if s.opts.DisableNotify {
-		channel = ""
-	}
+	channel := s.notifyChannel()
 	var m outbox.Message
 	var err error
 	if s.logMode {
