@@ -20,6 +20,12 @@ const (
 	DefaultCheckInterval = 2 * time.Second
 )
 
+// MinCheckTimeout is the least time a leader's check of its leadership
+// waits for the database (the SQL stores wait up to CheckInterval or this,
+// whichever is longer): a check cut off ends the leadership, and a slow
+// moment should not.
+const MinCheckTimeout = 5 * time.Second
+
 // Default sets the zero options of an ElectorOptions to their defaults.
 func Default(name *string, retry, check *time.Duration) {
 	if *name == "" {

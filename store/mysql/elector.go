@@ -37,9 +37,6 @@ type ElectorOptions struct {
 	CheckInterval time.Duration
 }
 
-// minCheckTimeout is the least time a leader's check waits for the server.
-const minCheckTimeout = 5 * time.Second
-
 // Elector elects one leader among the replicas that run it on the same
 // outbox (seed 004's "primary only" mode). The leader holds a user-level
 // lock, GET_LOCK, on a dedicated connection taken out of the store's
@@ -214,7 +211,7 @@ func (e *Elector) lead(ctx context.Context, conn *sql.Conn, name string, lead fu
 // closes a connection whose query's context ends) and the lock can still
 // be released.
 func (e *Elector) check(ctx context.Context, conn *sql.Conn, name string) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(e.opts.CheckInterval, minCheckTimeout))
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(e.opts.CheckInterval, elect.MinCheckTimeout))
 	defer cancel()
 	var mine sql.NullBool
 	if err := conn.QueryRowContext(cctx, `SELECT IS_USED_LOCK(?) = CONNECTION_ID()`, name).Scan(&mine); err != nil {

@@ -36,9 +36,6 @@ type ElectorOptions struct {
 	CheckInterval time.Duration
 }
 
-// minCheckTimeout is the least time a leader's check waits for the server.
-const minCheckTimeout = 5 * time.Second
-
 // Elector elects one leader among the replicas that run it on the same
 // outbox (seed 004's "primary only" mode). The leader holds a session-level
 // PostgreSQL advisory lock on a dedicated connection (see Options.Connect);
@@ -206,7 +203,7 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, lead func(ctx contex
 			break
 		}
 		if err != nil && (errors.Is(err, context.DeadlineExceeded) || pgconnTimeout(err)) {
-			pctx, pcancel := context.WithTimeout(watchCtx, max(e.opts.CheckInterval, minCheckTimeout))
+			pctx, pcancel := context.WithTimeout(watchCtx, max(e.opts.CheckInterval, elect.MinCheckTimeout))
 			err = conn.Ping(pctx)
 			pcancel()
 			if err != nil && watchCtx.Err() != nil {

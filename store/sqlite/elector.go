@@ -34,10 +34,6 @@ type ElectorOptions struct {
 	CheckInterval time.Duration
 }
 
-// minCheckTimeout is the least time a leader's check waits for the
-// database.
-const minCheckTimeout = 5 * time.Second
-
 // Elector elects one leader among the Electors of one process on the same
 // outbox: the same database file (resolved to its absolute path, symbolic
 // links followed), table prefix and ElectorOptions.Name, through any
@@ -209,7 +205,7 @@ func (e *Elector) lead(ctx context.Context, lead func(ctx context.Context)) {
 
 // check runs a trivial query on the store's database.
 func (e *Elector) check(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, max(e.opts.CheckInterval, minCheckTimeout))
+	cctx, cancel := context.WithTimeout(ctx, max(e.opts.CheckInterval, elect.MinCheckTimeout))
 	defer cancel()
 	var one int
 	err := e.d.db.QueryRowContext(cctx, `SELECT 1`).Scan(&one)
