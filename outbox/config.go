@@ -31,6 +31,22 @@ type Config struct {
 	// PollInterval is the longest wait between two claims when nothing wakes
 	// the poller earlier. Defaults to 1s.
 	PollInterval time.Duration
+	// IdlePollInterval is the wait between two claims, when nothing wakes
+	// the poller earlier, while the store's wake-ups arrive (a LiveWaker
+	// reports them live: LISTEN on PostgreSQL) and the last claim found
+	// nothing with nothing in flight: an idle database then costs one
+	// claim per IdlePollInterval instead of one per PollInterval. The
+	// wake-ups bring what is enqueued, requeued or released; the
+	// processor wakes itself when the retries and deferrals it wrote are
+	// due (up to 1,024 of them at a time). A message that becomes
+	// claimable by time alone otherwise (the application set its
+	// NextAttemptAt in the future, or more retries are waiting) is claimed
+	// up to IdlePollInterval after it is due. While the wake-ups are not
+	// live (the listener connecting or lost, notifications not delivered)
+	// the processor polls every PollInterval. Defaults to PollInterval (no
+	// change); a Fleet's processors default to RecoveryInterval. Must not
+	// be shorter than PollInterval.
+	IdlePollInterval time.Duration
 	// PollBatchSize is the most messages claimed at once. Defaults to 500.
 	PollBatchSize int
 	// PublishBatchSize is the most messages handed to one Publish call.
@@ -132,6 +148,7 @@ func (c Config) WithDefaults() Config {
 		c.ID = defaultID()
 	}
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.IdlePollInterval = cmp.Or(c.IdlePollInterval, c.PollInterval)
 	c.PollBatchSize = cmp.Or(c.PollBatchSize, 500)
 	c.PublishBatchSize = cmp.Or(c.PublishBatchSize, 100)
 	c.MaxConcurrentGroups = cmp.Or(c.MaxConcurrentGroups, 10)
@@ -186,6 +203,9 @@ func (c Config) Validate() error {
 		if err != nil {
 			return err
 		}
+	}
+	if c.IdlePollInterval < c.PollInterval {
+		return invalid("Config.IdlePollInterval", fmt.Sprintf("(%s) must not be shorter than Config.PollInterval (%s)", c.IdlePollInterval, c.PollInterval))
 	}
 	if c.DrainTimeout >= c.ProcessingTimeout {
 		return invalid("Config.DrainTimeout", fmt.Sprintf("(%s) must be shorter than Config.ProcessingTimeout (%s), the lease: "+

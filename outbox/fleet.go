@@ -46,7 +46,9 @@ import (
 //     at its next renewal), each publishing again as soon as its own start
 //     is done, instead of all at once, each waiting behind all the others.
 //   - Wake-ups per database: each processor uses its store's Waker (LISTEN
-//     on PostgreSQL) as a single Processor would.
+//     on PostgreSQL) as a single Processor would, and while they are live
+//     claims an idle database only every IdlePollInterval (see
+//     FleetConfig.Processor).
 //   - Health and progress per database: Status.
 //
 // The program opens a database's store when the Fleet takes it
@@ -115,6 +117,10 @@ type FleetConfig struct {
 	// Processor is the configuration of every database's processor; its ID
 	// is replaced by "<ID>/<database>", and its Logger gets a "database"
 	// attribute. Its Leader must be nil (the leases decide who serves).
+	// Its IdlePollInterval defaults to its RecoveryInterval (1m): an idle
+	// database whose wake-ups are live (LISTEN on PostgreSQL) costs one
+	// claim a minute and its recovery, instead of a claim every
+	// PollInterval; see Config.IdlePollInterval for what waits that long.
 	// Its DrainTimeout defaults to LeaseTTL/4 and must not exceed it: a
 	// processor that stops because its lease is at risk must have drained
 	// before the lease can expire.
@@ -273,6 +279,10 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.Processor.DrainTimeout = cmp.Or(cfg.Processor.DrainTimeout, cfg.LeaseTTL/4)
+	if cfg.Processor.IdlePollInterval == 0 {
+		d := cfg.Processor.WithDefaults()
+		cfg.Processor.IdlePollInterval = max(d.RecoveryInterval, d.PollInterval)
+	}
 	switch {
 	case cfg.RefreshInterval < 0:
 		return nil, invalid("FleetConfig.RefreshInterval", "must be positive")
@@ -1141,16 +1151,24 @@ func (s *fleetStore) Ping(ctx context.Context) error {
 	return pg.Ping(ctx)
 }
 
-// Wakeups is the store's Wakeups (Waker), started once wakeable (the
-// processor polls until then), else a channel that only closes when ctx
-// ends, as a processor without wake-ups polls.
+// Wakeups is WakeupsLive's channel.
 func (s *fleetStore) Wakeups(ctx context.Context) <-chan struct{} {
+	ch, _ := s.WakeupsLive(ctx)
+	return ch
+}
+
+// WakeupsLive is the store's Wakeups (Waker), started once wakeable (the
+// processor polls until then), else a channel that only closes when ctx
+// ends, as a processor without wake-ups polls. They are live once started
+// while the store says they are (LiveWaker); never when it cannot tell.
+func (s *fleetStore) WakeupsLive(ctx context.Context) (<-chan struct{}, func() bool) {
 	w, ok := s.Store.(Waker)
 	if !ok {
 		ch := make(chan struct{})
 		context.AfterFunc(ctx, func() { close(ch) })
-		return ch
+		return ch, func() bool { return false }
 	}
+	var live atomic.Pointer[func() bool]
 	ch := make(chan struct{}, 1)
 	go func() {
 		defer close(ch)
@@ -1159,14 +1177,25 @@ func (s *fleetStore) Wakeups(ctx context.Context) <-chan struct{} {
 		case <-ctx.Done():
 			return
 		}
-		for range w.Wakeups(ctx) {
+		var in <-chan struct{}
+		if lw, ok := w.(LiveWaker); ok {
+			var f func() bool
+			in, f = lw.WakeupsLive(ctx)
+			live.Store(&f)
+		} else {
+			in = w.Wakeups(ctx)
+		}
+		for range in {
 			select {
 			case ch <- struct{}{}:
 			default:
 			}
 		}
 	}()
-	return ch
+	return ch, func() bool {
+		f := live.Load()
+		return f != nil && (*f)()
+	}
 }
 
 // MessageExtendLease is the store's (LeaseExtender); a store without it

@@ -109,6 +109,19 @@ type Waker interface {
 	Wakeups(ctx context.Context) <-chan struct{}
 }
 
+// LiveWaker is a Waker that tells whether its wake-ups arrive. While they
+// do, a processor polls every Config.IdlePollInterval rather than every
+// PollInterval when it is idle.
+type LiveWaker interface {
+	Waker
+	// WakeupsLive is Wakeups, with a function that reports whether the
+	// channel's wake-ups arrive now: true only while a value follows soon
+	// after every commit that enqueues, requeues or releases a message.
+	// When it turns false (a listener's connection lost) the channel
+	// receives a value, so a processor waiting on it polls again.
+	WakeupsLive(ctx context.Context) (<-chan struct{}, func() bool)
+}
+
 // AttemptListParams selects the attempts of one message.
 type AttemptListParams struct {
 	Tenant    string

@@ -41,6 +41,9 @@ type Processor struct {
 	inflight        atomic.Int64 // claimed messages held in memory
 	waitingForSpace atomic.Bool
 
+	// dues are the retries and deferrals written, for idleDelay.
+	dues dueTimes
+
 	leaseMu sync.Mutex
 	leases  map[string]*lease // the leases of the messages held, by leaseKey
 
@@ -262,10 +265,7 @@ func (p *Processor) active() bool {
 // pollLoop claims messages whenever the timer fires (first after first),
 // the store signals new messages, or Wake/free buffer space asks for it.
 func (p *Processor) pollLoop(ctx context.Context, first time.Duration) {
-	var storeWake <-chan struct{}
-	if w, ok := p.store.(Waker); ok {
-		storeWake = w.Wakeups(ctx)
-	}
+	storeWake, live := p.wakeups(ctx)
 	timer := time.NewTimer(first)
 	defer timer.Stop()
 	failures := 0
@@ -281,6 +281,7 @@ func (p *Processor) pollLoop(ctx context.Context, first time.Duration) {
 			}
 		case <-p.wakeCh:
 		}
+		busy := p.inflight.Load() > 0
 		again, err := p.pollOnce(ctx)
 		delay := p.cfg.PollInterval
 		switch {
@@ -297,6 +298,7 @@ func (p *Processor) pollLoop(ctx context.Context, first time.Duration) {
 		default:
 			failures = 0
 			p.setHealth(nil)
+			delay = p.idleDelay(live, busy)
 		}
 		if !timer.Stop() {
 			select {
@@ -791,7 +793,11 @@ func (p *Processor) record(batches []*finishBatch) {
 	for bi, b := range batches {
 		for i, f := range b.items {
 			o := f.out
-			if o.Kind == OutcomeReleased || lost[o.ID] || superseded[bi][i] {
+			if lost[o.ID] || superseded[bi][i] {
+				continue
+			}
+			p.noteDue(o)
+			if o.Kind == OutcomeReleased {
 				continue
 			}
 			ev := AttemptEvent{Message: f.msg, Attempt: o.Attempt, Err: f.err, StartedAt: o.StartedAt, Duration: params.Now.Sub(o.StartedAt)}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,10 +58,21 @@ var errNoDelivery = errors.New("LISTEN was accepted but the test notification ne
 // re-established with backoff, and a wake-up is sent after each reconnect
 // so nothing committed in between waits for the next poll.
 func (s *Store) Wakeups(ctx context.Context) <-chan struct{} {
-	ch := make(chan struct{}, 1)
-	s.wakers.add(ch)
-	go s.listenLoop(ctx, ch)
+	ch, _ := s.WakeupsLive(ctx)
 	return ch
+}
+
+// WakeupsLive implements outbox.LiveWaker: it is Wakeups, with a function
+// that reports whether the listener is up (it LISTENs, and its own test
+// notification arrived). A listener whose connection died silently counts
+// as up until it notices: its ping, after listenHealthInterval (15s)
+// without a notification, fails within 5s.
+func (s *Store) WakeupsLive(ctx context.Context) (<-chan struct{}, func() bool) {
+	ch := make(chan struct{}, 1)
+	live := new(atomic.Bool)
+	s.wakers.add(ch)
+	go s.listenLoop(ctx, ch, live)
+	return ch, live.Load
 }
 
 // wakerSet is the channels of the running Wakeups calls.
@@ -105,7 +117,9 @@ func wake(ch chan<- struct{}) {
 // whether ctx is still alive. The listener and the Elector call it.
 var sleepCtx = elect.Sleep
 
-func (s *Store) listenLoop(ctx context.Context, ch chan struct{}) {
+// listenLoop listens until ctx ends, reconnecting; live is set while a
+// listener is up, cleared before the wake-up that follows its loss.
+func (s *Store) listenLoop(ctx context.Context, ch chan struct{}, live *atomic.Bool) {
 	defer func() {
 		s.wakers.remove(ch)
 		close(ch)
@@ -141,7 +155,9 @@ func (s *Store) listenLoop(ctx context.Context, ch chan struct{}) {
 				s.log.InfoContext(ctx, "outboxkit/postgres: listener reconnected")
 			}
 			connected = true
+			live.Store(true)
 		})
+		live.Store(false)
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = conn.Close(closeCtx)
 		cancel()
