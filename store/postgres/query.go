@@ -227,22 +227,31 @@ func (s *Store) MessageCancel(ctx context.Context, p outbox.MessageCancelParams)
 	if err := p.Validate(); err != nil {
 		return outbox.Message{}, err
 	}
-	channel := s.notifyChannel()
+	now := s.at(p.Now)
+	return s.operateOne(ctx, "cancel", outbox.EventCancel, p.Tenant, p.ID, now, s.sql.cancel, s.lsql.cancel,
+		text(p.Tenant), text(p.ID), now, s.notifyChannel())
+}
+
+// operateOne runs an operator's change of the message (tenant, id): stmt,
+// or on the append-only path logStmt under its group's claim locks
+// (logOperate), with args. When it changes no row, the message is not in
+// a status ev applies to: the error says why (transitionErr).
+func (s *Store) operateOne(ctx context.Context, op string, ev outbox.Event, tenant, id string, now time.Time, stmt, logStmt string, args ...any) (outbox.Message, error) {
 	var m outbox.Message
 	var err error
 	if s.logMode {
-		err = s.logOperate(ctx, []string{text(p.ID)}, s.at(p.Now), func(tx pgx.Tx) error {
-			m, err = scanMessage(tx.QueryRow(ctx, s.lsql.cancel, text(p.Tenant), text(p.ID), s.at(p.Now), channel))
+		err = s.logOperate(ctx, []string{text(id)}, now, func(tx pgx.Tx) error {
+			m, err = scanMessage(tx.QueryRow(ctx, logStmt, args...))
 			return err
 		})
 	} else {
-		m, err = scanMessage(s.db.QueryRow(ctx, s.sql.cancel, text(p.Tenant), text(p.ID), s.at(p.Now), channel))
+		m, err = scanMessage(s.db.QueryRow(ctx, stmt, args...))
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		return outbox.Message{}, s.transitionErr(ctx, p.Tenant, p.ID, outbox.EventCancel)
+		return outbox.Message{}, s.transitionErr(ctx, tenant, id, ev)
 	}
 	if err != nil {
-		return outbox.Message{}, wrapErr("cancel", err)
+		return outbox.Message{}, wrapErr(op, err)
 	}
 	return m, nil
 }
@@ -297,24 +306,9 @@ func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParam
 	if err := p.Validate(); err != nil {
 		return outbox.Message{}, err
 	}
-	channel := s.notifyChannel()
-	var m outbox.Message
-	var err error
-	if s.logMode {
-		err = s.logOperate(ctx, []string{text(p.ID)}, s.at(p.Now), func(tx pgx.Tx) error {
-			m, err = scanMessage(tx.QueryRow(ctx, s.lsql.requeue, text(p.Tenant), text(p.ID), s.at(p.Now), channel, s.groupNS))
-			return err
-		})
-	} else {
-		m, err = scanMessage(s.db.QueryRow(ctx, s.sql.requeue, text(p.Tenant), text(p.ID), s.at(p.Now), channel, s.groupNS))
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return outbox.Message{}, s.transitionErr(ctx, p.Tenant, p.ID, outbox.EventRequeue)
-	}
-	if err != nil {
-		return outbox.Message{}, wrapErr("requeue", err)
-	}
-	return m, nil
+	now := s.at(p.Now)
+	return s.operateOne(ctx, "requeue", outbox.EventRequeue, p.Tenant, p.ID, now, s.sql.requeue, s.lsql.requeue,
+		text(p.Tenant), text(p.ID), now, s.notifyChannel(), s.groupNS)
 }
 
 // statusOfSQL reads one message's status, to tell why a change was
