@@ -275,7 +275,7 @@ SELECT tenant, topic, grp, part, 1, NULL, NULL, NULL FROM c WHERE c.before >= $2
 
 // logBackstop is the first waiting message of every registered group, one
 // probe per group, and the first unordered message after $1 without a
-// done mark, and the log's last seq: what the windows may have passed (a
+// done mark, and the last seq of the log window's index: what the windows may have passed (a
 // transaction that drew its sequence number before the floor moved past
 // it and committed after). Its cost follows the number of groups and the
 // unordered messages since $1, not the log's length.
@@ -286,7 +286,9 @@ const logBackstop = `SELECT
 	(SELECT min(u.seq) FROM {T} u WHERE u.grp = '' AND u.status = 'PENDING' AND u.claimed_by IS NULL AND u.seq > $1
 		AND NOT EXISTS (SELECT 1 FROM {K} k WHERE k.tenant = u.tenant AND k.topic = u.topic AND k.grp = ''
 			AND k.part = u.seq AND k.kind = 'done')),
-	(SELECT max(seq) FROM {T})`
+	-- The log's end, from the log window's index (a descent; the table
+	-- has no index on seq over every row).
+	(SELECT max(seq) FROM {T} WHERE status = 'PENDING' AND claimed_by IS NULL)`
 
 // logUnorderedLookback is how far behind the log's end the backstop's
 // scan of unordered messages starts when it found none waiting: a

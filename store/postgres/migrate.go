@@ -53,30 +53,60 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return err
 	}
 	if s.opts.AppendOnly {
-		return s.dropDefaultPathIndexes(ctx)
+		return s.adjustIndexes(ctx)
 	}
 	return nil
 }
 
 // defaultPathIndexes are the messages table's indexes that only the
-// default path's claims read. Append-only storage drops them (each costs
-// every enqueued row an index insertion); migrating down to version 13,
-// which leaves it, builds them again (014's down).
+// default path's statements read. Append-only storage drops them (each
+// costs every enqueued row an index insertion) and builds
+// appendOnlyIndexes; migrating down to version 13, which leaves it, does
+// the reverse (014's down).
 var defaultPathIndexes = []string{"messages_claim_ordered", "messages_claim_unordered", "messages_tenant_seq_unleased"}
 
-// dropDefaultPathIndexes drops defaultPathIndexes where they exist,
-// concurrently: enqueues go on meanwhile.
-func (s *Store) dropDefaultPathIndexes(ctx context.Context) error {
+// appendOnlyIndexes are the messages table's indexes only append-only
+// storage reads, by name: the backstop's and the pending topics' scans of
+// unordered messages, whose rows stay PENDING when their marks finish
+// them (without it, those scans read every message since their start).
+var appendOnlyIndexes = [][2]string{
+	{"messages_unordered_seq", "(seq) WHERE grp = '' AND status = 'PENDING' AND claimed_by IS NULL"},
+}
+
+// adjustIndexes gives the messages table append-only storage's indexes,
+// concurrently: enqueues go on meanwhile. A concurrent build that failed
+// leaves an invalid index, dropped and built again by the next Migrate.
+func (s *Store) adjustIndexes(ctx context.Context) error {
+	state := func(ix string) (exists, valid bool, err error) {
+		err = s.db.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_and(i.indisvalid), false) FROM pg_index i
+			WHERE i.indexrelid = to_regclass($1)`, s.schema+"."+s.prefix+ix).Scan(&exists, &valid)
+		return exists, valid, err
+	}
+	for _, ix := range appendOnlyIndexes {
+		exists, valid, err := state(ix[0])
+		if err != nil {
+			return wrapErr("migrate: append-only indexes", err)
+		}
+		if exists && !valid {
+			if _, err := s.db.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+s.schema+"."+s.prefix+ix[0]); err != nil {
+				return wrapErr("migrate: append-only indexes", err)
+			}
+		}
+		if !valid {
+			if _, err := s.db.Exec(ctx, `CREATE INDEX CONCURRENTLY IF NOT EXISTS `+s.prefix+ix[0]+` ON `+s.messages+` `+ix[1]); err != nil {
+				return wrapErr("migrate: append-only indexes", err)
+			}
+		}
+	}
 	for _, ix := range defaultPathIndexes {
-		var exists bool
-		name := s.schema + "." + s.prefix + ix
-		if err := s.db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil {
+		exists, _, err := state(ix)
+		if err != nil {
 			return wrapErr("migrate: append-only indexes", err)
 		}
 		if !exists {
 			continue
 		}
-		if _, err := s.db.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+name); err != nil {
+		if _, err := s.db.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+s.schema+"."+s.prefix+ix); err != nil {
 			return wrapErr("migrate: append-only indexes", err)
 		}
 	}
