@@ -155,6 +155,13 @@ func TestFleetStartCost(t *testing.T) {
 	conns, named, other := trips.count(start, from, dbs)
 	t.Logf("per database, its start (every database published %s after the fleet started, and a second more): %.1f round trips naming it, %.1f others (the listener's), %.1f connections opened",
 		published.Sub(start).Round(time.Millisecond), float64(named)/n, float64(other)/n, float64(conns)/n)
+	// 7 the processor's (the store's settings and tables checked, its
+	// first claim, outcome and recovery) and 5 the listener's (LISTEN with
+	// its name, the self-test's NOTIFY, the sequence found and read, the
+	// notify lock tried). LISTEN and its name were two.
+	if named+other > 12*n {
+		t.Errorf("a database started with %.1f round trips, want at most 12", float64(named+other)/n)
+	}
 	conns, named, other = trips.count(from, from.Add(idle-time.Second), dbs)
 	secs := (idle - time.Second).Seconds()
 	t.Logf("per database and second idle (PollInterval 1s, IdlePollInterval the fleet's 1m, LISTEN): %.2f round trips naming it, %.2f others, %.2f connections opened",

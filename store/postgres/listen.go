@@ -183,12 +183,13 @@ func (s *Store) listenLoop(ctx context.Context, ch chan struct{}, live *atomic.B
 // listenOn LISTENs on conn, checks delivery, then forwards notifications to
 // ch until ctx ends or the connection fails.
 func (s *Store) listenOn(ctx context.Context, conn *pgx.Conn, ch chan struct{}, up func()) error {
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
-		return err
-	}
 	// Named in pg_stat_activity (its last query changes every tick while
-	// it short-polls).
-	if _, err := conn.Exec(ctx, `SELECT set_config('application_name', left($1, 63), false)`, listenAppName+s.channel); err != nil {
+	// it short-polls). One round trip for both: a fleet starts a listener
+	// per database.
+	b := &pgx.Batch{}
+	b.Queue("LISTEN " + pgx.Identifier{s.channel}.Sanitize())
+	b.Queue(`SELECT set_config('application_name', left($1, 63), false)`, listenAppName+s.channel)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
 	// Self-test: a notification sent through the DB (another connection)
