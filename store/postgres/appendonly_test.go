@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,18 @@ func TestAppendOnlyIsRecordedAndEnforced(t *testing.T) {
 		}
 	}
 	wantIndexes(false)
+	wantFill := func(want string) {
+		t.Helper()
+		var opts []string
+		if err := pg.Pool.QueryRow(ctx, `SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = to_regclass($1)`,
+			pg.Name+".outbox_messages").Scan(&opts); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(opts, "fillfactor="+want) {
+			t.Fatalf("messages table options %v, want fillfactor=%s", opts, want)
+		}
+	}
+	wantFill("100")
 	if err := log.Migrate(ctx); err != nil {
 		t.Fatalf("append-only store's second Migrate: %v", err)
 	}
@@ -131,6 +144,7 @@ func TestAppendOnlyIsRecordedAndEnforced(t *testing.T) {
 	wantCounts(plain)
 	// The default path's claim indexes are back, and its claims work.
 	wantIndexes(true)
+	wantFill("85")
 	if _, err := outbox.New[pgx.Tx](plain, outbox.Options{}).Enqueue(ctx, msg("t", "k", 5), msg("t", "", 6)); err != nil {
 		t.Fatal(err)
 	}

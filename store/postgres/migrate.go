@@ -74,7 +74,7 @@ var appendOnlyIndexes = [][2]string{
 }
 
 // adjustIndexes gives the messages table append-only storage's indexes,
-// concurrently: enqueues go on meanwhile. A concurrent build that failed
+// concurrently (enqueues go on meanwhile), and its fillfactor. A concurrent build that failed
 // leaves an invalid index, dropped and built again by the next Migrate.
 func (s *Store) adjustIndexes(ctx context.Context) error {
 	state := func(ix string) (exists, valid bool, err error) {
@@ -96,6 +96,20 @@ func (s *Store) adjustIndexes(ctx context.Context) error {
 			if _, err := s.db.Exec(ctx, `CREATE INDEX CONCURRENTLY IF NOT EXISTS `+s.prefix+ix[0]+` ON `+s.messages+` `+ix[1]); err != nil {
 				return wrapErr("migrate: append-only indexes", err)
 			}
+		}
+	}
+	// Rows are written once: the room the default path's fillfactor (85)
+	// leaves on each page for updates stays empty.
+	// Set only when not set: the change makes every session plan its
+	// statements on the table again.
+	var filled bool
+	if err := s.db.QueryRow(ctx, `SELECT 'fillfactor=100' = ANY(coalesce(reloptions, '{}')) FROM pg_class WHERE oid = to_regclass($1)`,
+		s.messages).Scan(&filled); err != nil {
+		return wrapErr("migrate: append-only storage", err)
+	}
+	if !filled {
+		if _, err := s.db.Exec(ctx, `ALTER TABLE `+s.messages+` SET (fillfactor = 100)`); err != nil {
+			return wrapErr("migrate: append-only storage", err)
 		}
 	}
 	for _, ix := range defaultPathIndexes {

@@ -27,6 +27,7 @@ DROP TABLE {{schema}}.{{prefix}}settings;
 -- Append-only storage dropped the default path's claim indexes and built
 -- its own (Migrate with Options.AppendOnly): the reverse.
 DROP INDEX IF EXISTS {{schema}}.{{prefix}}messages_unordered_seq;
+ALTER TABLE {{schema}}.{{prefix}}messages SET (fillfactor = 85);
 CREATE INDEX IF NOT EXISTS {{prefix}}messages_claim_ordered ON {{schema}}.{{prefix}}messages (seq)
     WHERE status = 'PENDING' AND grp <> '';
 CREATE INDEX IF NOT EXISTS {{prefix}}messages_claim_unordered ON {{schema}}.{{prefix}}messages (next_attempt_at)
