@@ -85,8 +85,7 @@ func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueM
 			return nil
 		}
 		now := s.timeArg(p.Now)
-		r, err := q.ExecContext(ctx, `UPDATE `+s.messages+` SET status = 'PENDING', attempts = 0, recoveries = 0,
-			next_attempt_at = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL, blocks_group = 0
+		r, err := q.ExecContext(ctx, `UPDATE `+s.messages+` SET `+requeueSet+`
 			WHERE seq IN (`+Placeholders(len(seqs))+`) AND status = 'FAILED'`, append([]any{now, now}, Int64s(seqs)...)...)
 		if err != nil {
 			return err

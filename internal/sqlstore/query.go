@@ -191,10 +191,16 @@ func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParam
 		return outbox.Message{}, err
 	}
 	now := s.syntax.Time(s.now(p.Now))
-	return s.transition(ctx, p.Tenant, p.ID, outbox.EventRequeue,
-		`status = 'PENDING', attempts = 0, recoveries = 0, next_attempt_at = ?, updated_at = ?, claimed_at = NULL, claimed_by = NULL, claim_token = NULL, blocks_group = 0`,
-		now, now)
+	return s.transition(ctx, p.Tenant, p.ID, outbox.EventRequeue, requeueSet, now, now)
 }
+
+// requeueSet is what a requeue sets (MessageRequeue, MessageRequeueMany),
+// with the due and update times as its two placeholders. The message
+// starts over: no lease, and no provider ID or delivery times (a late
+// receipt for the ID it had must not find it).
+const requeueSet = `status = 'PENDING', attempts = 0, recoveries = 0, next_attempt_at = ?, updated_at = ?,
+	claimed_at = NULL, claimed_by = NULL, claim_token = NULL, blocks_group = 0,
+	provider_message_id = NULL, sent_at = NULL, delivered_at = NULL, read_at = NULL`
 
 // MessageCancel is the stores' MessageCancel: its documentation is on store/mysql.Store
 // and store/sqlite.Store.

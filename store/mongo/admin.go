@@ -123,8 +123,7 @@ func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueM
 	defer cancel()
 	r, err := s.msgs.UpdateMany(wctx,
 		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "status", Value: string(outbox.StatusFailed)}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusPending)}, {Key: "fin", Value: false},
-			{Key: "blocks_group", Value: false}, {Key: "attempts", Value: 0}, {Key: "next_at", Value: now}, {Key: "updated_at", Value: now}}}, unsetLease})
+		requeueUpdate(now))
 	if err != nil {
 		return outbox.RequeueManyResult{}, fmt.Errorf("mongo: requeue many: %w", err)
 	}

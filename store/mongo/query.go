@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -178,10 +179,18 @@ func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParam
 		return outbox.Message{}, err
 	}
 	now := s.now(p.Now)
-	return s.transition(ctx, p.Tenant, p.ID, outbox.EventRequeue, func(*msgDoc) bson.D {
-		return bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusPending)}, {Key: "fin", Value: false},
-			{Key: "blocks_group", Value: false}, {Key: "attempts", Value: 0}, {Key: "recoveries", Value: 0}, {Key: "next_at", Value: now}, {Key: "updated_at", Value: now}}}, unsetLease}
-	})
+	return s.transition(ctx, p.Tenant, p.ID, outbox.EventRequeue, func(*msgDoc) bson.D { return requeueUpdate(now) })
+}
+
+// requeueUpdate is what a requeue at now writes (MessageRequeue,
+// MessageRequeueMany). The message starts over: no lease, and no provider
+// ID or delivery times (a late receipt for the ID it had must not find
+// it).
+func requeueUpdate(now time.Time) bson.D {
+	return bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: string(outbox.StatusPending)}, {Key: "fin", Value: false},
+		{Key: "blocks_group", Value: false}, {Key: "attempts", Value: 0}, {Key: "recoveries", Value: 0}, {Key: "next_at", Value: now}, {Key: "updated_at", Value: now}}},
+		{Key: "$unset", Value: bson.D{{Key: "claimed_at", Value: ""}, {Key: "claimed_by", Value: ""},
+			{Key: "prov_id", Value: ""}, {Key: "sent_at", Value: ""}, {Key: "delivered_at", Value: ""}, {Key: "read_at", Value: ""}}}}
 }
 
 // MessageCancel implements outbox.Store: a PENDING message or a dead letter

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -147,9 +148,7 @@ func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueM
 			s.groupNS, res.IDs); err != nil {
 			return err
 		}
-		const set = `status = 'PENDING', attempts = 0, recoveries = 0,
-			next_attempt_at = $1, updated_at = $1, claimed_at = NULL, claimed_by = NULL, claim_token = NULL, blocks_group = false,
-			sent_response = NULL, sent_started_at = NULL, sent_finished_at = NULL`
+		set := strings.ReplaceAll(requeueSet, "$3", "$1")
 		moved, err := tx.Exec(ctx, `UPDATE `+s.messages+` SET seq = DEFAULT, `+set+`
 			WHERE id = ANY($2::text[]) AND status = 'FAILED' AND `+moveWhere, p.Now, res.IDs)
 		if err != nil {

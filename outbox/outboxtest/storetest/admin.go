@@ -217,6 +217,38 @@ func testAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 		e.wantStatus("", other[0].ID, outbox.StatusPending)
 	})
 
+	// A message the provider failed after it was sent, requeued one by one
+	// or in bulk, starts over: no provider ID (a late receipt for the old
+	// one must not find it) and no sent time.
+	t.Run("RequeueForgetsDelivery", func(t *testing.T) {
+		need(t, h, CapReceipts)
+		e := setupAdmin(t, h)
+		one, many := e.sentMessage("", "wamid.r1"), e.sentMessage("", "wamid.r2")
+		for _, pid := range []string{"wamid.r1", "wamid.r2"} {
+			if res := e.receipt(outbox.Receipt{ProviderMessageID: pid, Status: outbox.DeliveryFailed, At: e.at(time.Minute),
+				Error: &outbox.ErrorInfo{Code: "131026", Message: "undeliverable"}}); !res.Changed {
+				t.Fatalf("failed receipt for %s changed nothing", pid)
+			}
+		}
+		if _, err := e.s.MessageRequeue(e.ctx, outbox.MessageRequeueParams{ID: one.ID, Now: e.at(time.Hour)}); err != nil {
+			t.Fatalf("MessageRequeue: %v", err)
+		}
+		res, err := e.a.MessageRequeueMany(e.ctx, outbox.MessageRequeueManyParams{Filter: outbox.MessageFilter{ErrorCode: "131026"}, Now: e.at(time.Hour)})
+		if err != nil || res.Requeued != 1 {
+			t.Fatalf("MessageRequeueMany = %+v, %v; want 1 requeued", res, err)
+		}
+		for _, m := range []outbox.Message{one, many} {
+			got := e.wantStatus("", m.ID, outbox.StatusPending)
+			if got.ProviderMessageID != "" || !got.SentAt.IsZero() || !got.DeliveredAt.IsZero() || !got.ReadAt.IsZero() {
+				t.Errorf("requeued %s keeps its delivery: provider ID %q, sent %v, delivered %v, read %v",
+					m.ID, got.ProviderMessageID, got.SentAt, got.DeliveredAt, got.ReadAt)
+			}
+		}
+		_, err = e.s.MessageApplyReceipt(e.ctx, outbox.MessageApplyReceiptParams{Receipt: outbox.Receipt{
+			ProviderMessageID: "wamid.r2", Status: outbox.DeliveryDelivered, At: e.at(2 * time.Hour)}})
+		wantErrIs(t, "a receipt for the provider ID a requeued message had", err, outbox.ErrNotFound)
+	})
+
 	t.Run("Pause", func(t *testing.T) {
 		e := setupAdmin(t, h)
 		wantErrIs(t, "PauseAdd without a topic", e.a.PauseAdd(e.ctx, outbox.PauseAddParams{}), outbox.ErrInvalidInput)
