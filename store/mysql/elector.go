@@ -202,7 +202,11 @@ func (e *Elector) lead(ctx context.Context, conn *sql.Conn, name string, lead fu
 			return err
 		},
 	}.Run(ctx, lead)
-	return err == nil && ctx.Err() == nil
+	// A term that ended with ctx still holds the lock on a healthy
+	// connection: the caller releases it before Run returns, rather than
+	// leave it to the server to end the session after the connection is
+	// closed (a moment after Run returned).
+	return err == nil
 }
 
 // check reports an error unless conn still holds the lock: IS_USED_LOCK
