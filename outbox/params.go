@@ -182,8 +182,10 @@ func (p MessageApplyReceiptParams) Validate() error {
 	if p.Receipt.ProviderMessageID == "" {
 		return invalid("Receipt.ProviderMessageID", "is required")
 	}
-	_, err := p.Receipt.Status.Event()
-	return err
+	if _, err := p.Receipt.Status.Event(); err != nil {
+		return invalid("Receipt.Status", fmt.Sprintf("%q is not a delivery status (sent, delivered, read, failed)", string(p.Receipt.Status)))
+	}
+	return nil
 }
 
 // Validate is ValidateInboxClaim.

@@ -351,13 +351,10 @@ WHERE id = $1`
 // for the read-modify-write, so concurrent receipts for one message apply
 // one after the other.
 func (s *Store) MessageApplyReceipt(ctx context.Context, p outbox.MessageApplyReceiptParams) (outbox.ReceiptResult, error) {
-	rc := p.Receipt
-	if rc.ProviderMessageID == "" {
-		return outbox.ReceiptResult{}, outbox.InvalidParam("ProviderMessageID", "is required")
-	}
-	if _, err := rc.Status.Event(); err != nil {
+	if err := p.Validate(); err != nil {
 		return outbox.ReceiptResult{}, err
 	}
+	rc := p.Receipt
 	rc.At = s.at(rc.At)
 	tx, err := s.db.Begin(ctx)
 	if err != nil {

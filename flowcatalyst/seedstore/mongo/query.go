@@ -77,6 +77,9 @@ func (s *Store) MessageCount(ctx context.Context, p outbox.MessageCountParams) (
 // MessageRequeue moves a FAILED document back to PENDING, due now, with
 // retryCount 0 and no error message.
 func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParams) (outbox.Message, error) {
+	if err := p.Validate(); err != nil {
+		return outbox.Message{}, err
+	}
 	if p.Tenant != "" {
 		return outbox.Message{}, outbox.ErrNotFound
 	}

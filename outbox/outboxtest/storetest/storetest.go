@@ -50,6 +50,7 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("Inbox", func(t *testing.T) { testInbox(t, h) })
 	t.Run("Optional", func(t *testing.T) { testOptional(t, h) })
 	t.Run("Admin", func(t *testing.T) { testAdmin(t, h) })
+	t.Run("Validation", func(t *testing.T) { testValidation(t, h) })
 	t.Run("Processor", func(t *testing.T) { testProcessor(t, h) })
 }
 

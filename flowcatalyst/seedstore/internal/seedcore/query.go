@@ -69,6 +69,9 @@ func NewCounts() map[outbox.Status]int64 {
 
 // PruneLimit validates p and returns the most rows to delete per table.
 func PruneLimit(p outbox.MessagePruneParams) (int, error) {
+	if err := p.Validate(); err != nil {
+		return 0, err
+	}
 	if len(p.Statuses) > 0 || p.Topic != "" || p.DryRun {
 		return 0, outbox.InvalidParam("MessagePruneParams", "the seed tables prune by age only (no Statuses, Topic or DryRun)")
 	}

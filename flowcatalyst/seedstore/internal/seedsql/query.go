@@ -126,6 +126,9 @@ func (s *Store) count(ctx context.Context, t *Table, out map[outbox.Status]int64
 // MessageRequeue moves a FAILED row back to PENDING, due now, with
 // retry_count 0 and no error message.
 func (s *Store) MessageRequeue(ctx context.Context, p outbox.MessageRequeueParams) (outbox.Message, error) {
+	if err := p.Validate(); err != nil {
+		return outbox.Message{}, err
+	}
 	if p.Tenant != "" {
 		return outbox.Message{}, outbox.ErrNotFound
 	}
