@@ -244,6 +244,13 @@ type fleetShard struct {
 	store   Store // the database's store while its processor runs
 	err     error
 	calls   atomic.Int64
+	// watch stops the processor when the lease goes unrenewed (see
+	// Fleet.watchLease); guarded by Fleet.mu.
+	watch *time.Timer
+	// ran reports that a processor of this lease started (NewProcessor
+	// returned one): the previous holder's leases are no longer the only
+	// ones in the store. Only serve's goroutine uses it.
+	ran bool
 }
 
 // startState is where a shard is in its turn to start.
@@ -612,6 +619,9 @@ func (f *Fleet) acquire(ctx context.Context, need int) (nextExpiry time.Time) {
 	if len(free) == 0 {
 		return nextExpiry
 	}
+	// The leases count from before they were asked for: they started
+	// during the call, by the coordination store's clock.
+	asked := time.Now()
 	got, err := f.cfg.Leaser.ShardAcquire(ctx, ShardAcquireParams{Member: f.cfg.ID, Shards: free, TTL: f.cfg.LeaseTTL})
 	if err != nil {
 		f.setLeaseErr(err)
@@ -625,7 +635,7 @@ func (f *Fleet) acquire(ctx context.Context, need int) (nextExpiry time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, l := range got {
-		f.startLocked(l, expiredAt[l.Shard])
+		f.startLocked(l, asked, expiredAt[l.Shard])
 	}
 	return nextExpiry
 }
@@ -637,15 +647,16 @@ func (f *Fleet) setLeaseErr(err error) {
 	f.log.Warn("the shard leaser failed", "err", err)
 }
 
-// startLocked starts serving the database of lease l. expiredAt is when
-// the previous lease ran out (zero when there was none, or it was
-// released): the log tells how long the database went unserved.
-func (f *Fleet) startLocked(l ShardLease, expiredAt time.Time) {
-	now := time.Now()
+// startLocked starts serving the database of lease l, asked for at
+// asked. expiredAt is when the previous lease ran out (zero when there was
+// none, or it was released): the log tells how long the database went
+// unserved.
+func (f *Fleet) startLocked(l ShardLease, asked, expiredAt time.Time) {
 	// The shard's context does not end with Run's: shutdown stops each
 	// shard itself, after which its lease is released.
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), shardCtxKey{}, l))
-	sh := &fleetShard{name: l.Shard, lease: l, acquiredAt: now, renewedAt: now, cancel: cancel, done: make(chan struct{})}
+	sh := &fleetShard{name: l.Shard, lease: l, acquiredAt: asked, renewedAt: asked, cancel: cancel, done: make(chan struct{})}
+	sh.watch = time.AfterFunc(f.leaseLimit()-time.Since(asked), func() { f.watchLease(sh) })
 	f.shards[l.Shard] = sh
 	// Queued here, in the order the leases were taken, not when serve
 	// begins: goroutines begin in no particular order.
@@ -708,6 +719,7 @@ func (f *Fleet) serve(ctx context.Context, sh *fleetShard, turn int) {
 		f.log.Warn("releasing a database's lease failed; it expires on its own", "database", sh.name, "err", err)
 	}
 	f.mu.Lock()
+	sh.watch.Stop()
 	if f.shards[sh.name] == sh {
 		delete(f.shards, sh.name)
 	}
@@ -787,10 +799,14 @@ func (f *Fleet) serveOnce(ctx context.Context, sh *fleetShard, turn int) error {
 	defer cancel()
 	go f.settle(sctx, started, recoverable, f.cfg.LeaseTTL)
 	go f.settle(sctx, started, wakeable, 4*f.cfg.LeaseTTL)
-	p, err := NewProcessor(fs, f.cfg.Publisher, cfg)
+	if !sh.ran {
+		f.recoverOrphans(ctx, sh, fs)
+	}
+	p, err := NewProcessor(fs, f.leasePublisher(sh), cfg)
 	if err != nil {
 		return err
 	}
+	sh.ran = true
 	// sh.err stays until the processor runs (Status hides it then): a
 	// retry's probe is still failing until it passes.
 	f.mu.Lock()

@@ -223,17 +223,43 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	if err := p.Validate(); err != nil {
 		return outbox.RecoverResult{}, err
 	}
-	maxRecoveries := cmp.Or(p.MaxRecoveries, outbox.DefaultMaxRecoveries)
-	now := s.at(p.Now)
-	before := p.ClaimedBefore.UTC().Truncate(time.Microsecond)
-	const chunk = 10000
+	r := s.recoverSpec(p)
+	res, err := s.recoverLeases(ctx, r)
+	if err != nil || !s.logMode {
+		return res, err
+	}
+	lr, err := s.logRecoverLeases(ctx, r.before, r.now, r.maxRecoveries, r.def, r.block, r.cont)
+	res.Recovered += lr.Recovered
+	res.DeadLettered += lr.DeadLettered
+	return res, err
+}
+
+// recoverArgs are a recovery's arguments, as its statements take them.
+type recoverArgs struct {
+	before, now   time.Time
+	maxRecoveries int
+	def           bool
+	block, cont   []string
+}
+
+func (s *Store) recoverSpec(p outbox.MessageRecoverParams) recoverArgs {
 	def, block, cont := p.DeadLetter.BlockingTopics()
-	block, cont = texts(block), texts(cont)
+	return recoverArgs{
+		before: p.ClaimedBefore.UTC().Truncate(time.Microsecond), now: s.at(p.Now),
+		maxRecoveries: cmp.Or(p.MaxRecoveries, outbox.DefaultMaxRecoveries),
+		def:           def, block: texts(block), cont: texts(cont),
+	}
+}
+
+// recoverLeases is MessageRecover's part on the messages table (the
+// default path's leases).
+func (s *Store) recoverLeases(ctx context.Context, r recoverArgs) (outbox.RecoverResult, error) {
+	const chunk = 10000
 	var res outbox.RecoverResult
 	for {
 		var rec, dead int
 		var sc *string
-		err := s.planned(ctx, s.sql.recover, []any{before, now, maxRecoveries, chunk, def, block, cont}, func(r pgx.Rows) error {
+		err := s.planned(ctx, s.sql.recover, []any{r.before, r.now, r.maxRecoveries, chunk, r.def, r.block, r.cont}, func(r pgx.Rows) error {
 			return r.Scan(&rec, &dead, &sc)
 		})
 		if err != nil {
@@ -242,18 +268,9 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 		res.Recovered += rec
 		res.DeadLettered += dead
 		if rec+dead < chunk {
-			break
+			return res, nil
 		}
 	}
-	if s.logMode {
-		lr, err := s.logRecoverLeases(ctx, before, now, maxRecoveries, def, block, cont)
-		res.Recovered += lr.Recovered
-		res.DeadLettered += lr.DeadLettered
-		if err != nil {
-			return res, err
-		}
-	}
-	return res, nil
 }
 
 // Kinds of outcome in a MessageFinish call, as bits of the statement
