@@ -48,17 +48,22 @@ type MessageRecoverOrphansParams struct {
 // Validate checks that MaxRecoveries and MaxAttempts are not negative and
 // DeadLetter is valid.
 func (p MessageRecoverOrphansParams) Validate() error {
-	return p.Recover(time.Now()).Validate()
+	return p.RecoverParams().Validate()
 }
 
-// Recover returns the MessageRecoverParams of p that recover the leases
-// claimed before claimedBefore.
-func (p MessageRecoverOrphansParams) Recover(claimedBefore time.Time) MessageRecoverParams {
+// RecoverParams returns the MessageRecoverParams that recover every lease
+// as p does: ClaimedBefore is far in the future (the year 9999), since a
+// claim's time is its processor's clock, which may be ahead of this one's.
+// A store whose MessageRecover keeps no state between calls implements
+// MessageRecoverOrphans with it.
+func (p MessageRecoverOrphansParams) RecoverParams() MessageRecoverParams {
 	return MessageRecoverParams{
-		ClaimedBefore: claimedBefore, Now: p.Now, MaxRecoveries: p.MaxRecoveries,
+		ClaimedBefore: orphanCutoff, Now: p.Now, MaxRecoveries: p.MaxRecoveries,
 		MaxAttempts: p.MaxAttempts, DeadLetter: p.DeadLetter,
 	}
 }
+
+var orphanCutoff = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // recoverOrphans gives back at once the messages the previous holder of
 // sh's lease claimed (see OrphanRecoverer), once per lease and before the

@@ -22,6 +22,12 @@ const uncharge = "attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
 // MessageRecover handles.
 const recoverChunk = 1000
 
+// MessageRecoverOrphans is the stores' MessageRecoverOrphans
+// (outbox.OrphanRecoverer): MessageRecover for every lease, whenever taken.
+func (s *Store) MessageRecoverOrphans(ctx context.Context, p outbox.MessageRecoverOrphansParams) (outbox.RecoverResult, error) {
+	return s.MessageRecover(ctx, p.RecoverParams())
+}
+
 // MessageRecover is the stores' MessageRecover: its documentation is on store/mysql.Store
 // and store/sqlite.Store.
 func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParams) (outbox.RecoverResult, error) {

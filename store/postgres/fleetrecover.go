@@ -9,10 +9,6 @@ import (
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
-// orphanCutoff stands for "claimed whenever" in MessageRecoverOrphans: a
-// claim's time is its processor's clock, which may be ahead of this one's.
-var orphanCutoff = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
-
 // MessageRecoverOrphans recovers every lease, whenever taken and by whom, as
 // MessageRecover recovers the expired ones (outbox.OrphanRecoverer): an
 // outbox.Fleet calls it when it took the database from an instance whose
@@ -27,7 +23,7 @@ func (s *Store) MessageRecoverOrphans(ctx context.Context, p outbox.MessageRecov
 	if err := p.Validate(); err != nil {
 		return outbox.RecoverResult{}, err
 	}
-	r := s.recoverSpec(p.Recover(orphanCutoff))
+	r := s.recoverSpec(p.RecoverParams())
 	res, err := s.recoverLeases(ctx, r)
 	if err != nil || !s.logMode {
 		return res, err
@@ -40,9 +36,9 @@ func (s *Store) MessageRecoverOrphans(ctx context.Context, p outbox.MessageRecov
 
 // logRecoverOrphans is MessageRecoverOrphans's part on the append-only
 // path: every group whose latest mark is a lease, found from the first
-// lease mark on. It leaves the expired-lease recovery's cutoff alone
-// (logRecoverLeases moves it to the cutoff it was given, which here is
-// orphanCutoff).
+// lease mark on. It leaves the expired-lease recovery's cutoff alone:
+// logRecoverLeases would move it to the cutoff it was given, here in the
+// year 9999, and the expired leases would then wait for its full scan.
 func (s *Store) logRecoverOrphans(ctx context.Context, r recoverArgs) (outbox.RecoverResult, error) {
 	var res outbox.RecoverResult
 	err := s.logTx(ctx, func(tx pgx.Tx) error {

@@ -137,6 +137,15 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	return s.core.MessageRecover(ctx, p)
 }
 
+// MessageRecoverOrphans implements outbox.OrphanRecoverer: MessageRecover
+// for every PROCESSING message, whenever claimed and by whom, its claim
+// token cleared. An outbox.Fleet calls it when it took the database from an
+// instance whose lease ended, before the database's processor starts; it
+// must not run while a processor works the store.
+func (s *Store) MessageRecoverOrphans(ctx context.Context, p outbox.MessageRecoverOrphansParams) (outbox.RecoverResult, error) {
+	return s.core.MessageRecoverOrphans(ctx, p)
+}
+
 // Queries, requeue, cancel, receipts and prune: the shared code alone.
 
 // MessageGet implements outbox.Store: the message with p.ID in p.Tenant, or

@@ -82,4 +82,34 @@ func testOptional[TTx any](t *testing.T, h Harness[TTx]) {
 		e.commit(tx)
 		wantIDs(t, "MessageList after the commit", e.list(outbox.MessageListParams{}).Messages, before, res[0].Message)
 	})
+
+	// A store that implements outbox.OrphanRecoverer (a probe: the
+	// capability is optional and not declared) gives every lease back,
+	// however recent: the same owner's next claim at the same attempt
+	// takes the messages in group order, and the late outcome of the
+	// first claims is refused, only their claim tokens telling them
+	// apart.
+	t.Run("RecoverOrphans", func(t *testing.T) {
+		e := setup(t, h)
+		r, ok := e.s.(outbox.OrphanRecoverer)
+		if !ok {
+			t.Skip("the Store does not implement outbox.OrphanRecoverer")
+		}
+		g := e.enqueueN("t", "g", 3)
+		first := e.claim("a", 2, e.at(time.Second))
+		wantIDs(t, "the first claim", first, g[0], g[1])
+		res, err := r.MessageRecoverOrphans(e.ctx, outbox.MessageRecoverOrphansParams{Now: e.at(2 * time.Second)})
+		require.NoError(t, err, "MessageRecoverOrphans")
+		require.Equal(t, outbox.RecoverResult{Recovered: 2}, res, "MessageRecoverOrphans")
+		again := e.claim("a", 10, e.at(3*time.Second))
+		wantIDs(t, "the claim after the recovery", again, g[0], g[1], g[2])
+		require.Equal(t, first[0].Attempts, again[0].Attempts, "the attempt lost to the recovery is not counted")
+		p := outbox.MessageFinishParams{Owner: "a", Now: e.at(4 * time.Second)}
+		for _, m := range first {
+			p.Outcomes = append(p.Outcomes, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken, ProviderMessageID: "late-" + m.ID, StartedAt: p.Now})
+		}
+		require.ElementsMatch(t, ids(first), e.finish(p).LeaseLost, "the late outcome of the recovered claims")
+		e.sent("a", e.at(5*time.Second), again...)
+		require.Equal(t, "prov-"+g[0].ID, e.get("", g[0].ID).ProviderMessageID, "the outcome recorded")
+	})
 }
