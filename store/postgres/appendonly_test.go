@@ -35,6 +35,11 @@ func TestAppendOnlyIsRecordedAndEnforced(t *testing.T) {
 	if err := plain.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// A default store enqueues to a group the registry does not hold
+	// (only the append-only path registers groups).
+	if _, err := outbox.New[pgx.Tx](plain, outbox.Options{}).Enqueue(ctx, msg("t", "before-switch", 0)); err != nil {
+		t.Fatal(err)
+	}
 	// The database is on the default path: an append-only store refuses
 	// it until Migrate (with AppendOnly) records the switch.
 	if err := log.Ping(ctx); !errors.Is(err, postgres.ErrStorageMode) {
@@ -67,6 +72,15 @@ func TestAppendOnlyIsRecordedAndEnforced(t *testing.T) {
 		}
 	}
 	wantIndexes(false)
+	// The switch registered the group of the message enqueued before it
+	// (prune, fair share and the backstop read the registry's groups).
+	var registered bool
+	if err := pg.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+pg.Name+`.outbox_groups WHERE topic = 't' AND grp = 'before-switch')`).Scan(&registered); err != nil || !registered {
+		t.Fatalf("group enqueued before the switch registered: %v, %v", registered, err)
+	}
+	if _, err := pg.Pool.Exec(ctx, `DELETE FROM `+pg.Name+`.outbox_messages WHERE grp = 'before-switch'`); err != nil {
+		t.Fatal(err)
+	}
 	wantFill := func(want string) {
 		t.Helper()
 		var opts []string
@@ -154,5 +168,176 @@ func TestAppendOnlyIsRecordedAndEnforced(t *testing.T) {
 	}
 	if err := log.Ping(ctx); !errors.Is(err, postgres.ErrStorageMode) {
 		t.Fatalf("append-only store after leaving: Ping = %v, want ErrStorageMode", err)
+	}
+}
+
+// An append-only store registers every ordered group it enqueues to, and
+// skips the registry's probe only for groups whose registration it saw
+// commit: its own committed enqueues and the messages it claimed, never an
+// enqueue in the caller's transaction (which may roll back).
+func TestAppendOnlyRegistersGroups(t *testing.T) {
+	t.Parallel()
+	pg := testbackend.Postgres(t, 8)
+	ctx := context.Background()
+	s, err := postgres.New(pg.Pool, postgres.Options{Schema: pg.Name, AppendOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	registered := func(grp string) bool {
+		t.Helper()
+		var ok bool
+		if err := pg.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+pg.Name+`.outbox_groups WHERE topic = 't' AND grp = $1)`, grp).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	unregister := func(grp string) {
+		t.Helper()
+		if _, err := pg.Pool.Exec(ctx, `DELETE FROM `+pg.Name+`.outbox_groups WHERE topic = 't' AND grp = $1`, grp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ob := outbox.New[pgx.Tx](s, outbox.Options{})
+
+	// Enqueued twice in a transaction that rolls back: the second call
+	// meets the first's registration, which the rollback undoes.
+	tx, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := ob.EnqueueTx(ctx, tx, msg("t", "rolled-back", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.Enqueue(ctx, msg("t", "rolled-back", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if !registered("rolled-back") {
+		t.Fatal("a group first enqueued in a rolled-back transaction, then committed, is not registered")
+	}
+
+	// A committed enqueue of its own teaches the store its group: the
+	// next enqueue skips the registry (shown by a row removed behind its
+	// back, which it does not write again).
+	if _, err := ob.Enqueue(ctx, msg("t", "known", 0)); err != nil {
+		t.Fatal(err)
+	}
+	unregister("known")
+	if _, err := ob.Enqueue(ctx, msg("t", "known", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if registered("known") {
+		t.Fatal("an enqueue to a group the store saw registered probed the registry")
+	}
+	// In the caller's transaction, a group the store has not seen
+	// committed is registered, and that teaches the store nothing.
+	tx, err = pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.EnqueueTx(ctx, tx, msg("t", "in-tx", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	unregister("in-tx")
+	if _, err := ob.Enqueue(ctx, msg("t", "in-tx", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if !registered("in-tx") {
+		t.Fatal("an enqueue in the caller's transaction taught the store its group")
+	}
+
+	// A claim teaches the store the groups of the messages it took.
+	other, err := postgres.New(pg.Pool, postgres.Options{Schema: pg.Name, AppendOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.New[pgx.Tx](other, outbox.Options{}).Enqueue(ctx, msg("t", "claimed", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 100, Owner: "p", Now: time.Now().Add(time.Second)}); err != nil || len(got) == 0 {
+		t.Fatalf("claim: %d, %v", len(got), err)
+	}
+	unregister("claimed")
+	tx, err = pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.EnqueueTx(ctx, tx, msg("t", "claimed", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if registered("claimed") {
+		t.Fatal("an enqueue to a group whose messages the store claimed probed the registry")
+	}
+
+	// Migrate forgets: a migration down past version 13 drops the
+	// registry, and its way up fills it from the messages.
+	if err := s.MigrateTo(ctx, 12); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	unregister("known")
+	if _, err := ob.Enqueue(ctx, msg("t", "known", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if !registered("known") {
+		t.Fatal("after Migrate, an enqueue skipped the registry")
+	}
+}
+
+// On a single connection (a DB that lends none), an append-only claim runs
+// its statements one by one in a transaction, and claims, leases and
+// finishes as on a pool.
+func TestAppendOnlyOnOneConnection(t *testing.T) {
+	t.Parallel()
+	pg := testbackend.Postgres(t, 8)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	s, err := postgres.New(conn, postgres.Options{Schema: pg.Name, AppendOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.New[pgx.Tx](s, outbox.Options{}).Enqueue(ctx, msg("t", "g", 0), msg("t", "g", 1), msg("t", "h", 2)); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Second)
+	got, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "p", Now: now})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("claim: %d, %v", len(got), err)
+	}
+	if again, err := s.MessageClaim(ctx, outbox.MessageClaimParams{Limit: 10, Owner: "q", Now: now}); err != nil || len(again) != 0 {
+		t.Fatalf("second claim while leased: %d, %v", len(again), err)
+	}
+	var outs []outbox.Outcome
+	for _, m := range got {
+		outs = append(outs, outbox.Outcome{Kind: outbox.OutcomeSent, ID: m.ID, Attempt: m.Attempts, ClaimToken: m.ClaimToken})
+	}
+	if res, err := s.MessageFinish(ctx, outbox.MessageFinishParams{Owner: "p", Now: now, Outcomes: outs}); err != nil || len(res.LeaseLost) > 0 {
+		t.Fatalf("finish: %+v, %v", res, err)
+	}
+	c, err := s.MessageCount(ctx, outbox.MessageCountParams{})
+	if err != nil || c[outbox.StatusSent] != 3 {
+		t.Fatalf("counts %v, %v; want 3 sent", c, err)
 	}
 }

@@ -72,6 +72,9 @@ func (s *Store) MessageEnqueue(ctx context.Context, p outbox.MessageEnqueueParam
 	if err := tx.Commit(ctx); err != nil {
 		return nil, wrapErr("enqueue: commit", err)
 	}
+	if s.logMode {
+		s.logReg.add(msgs) // committed: their groups are registered
+	}
 	return res, nil
 }
 
@@ -214,7 +217,7 @@ func (s *Store) enqueue(ctx context.Context, query queryFunc, msgs []outbox.Mess
 	if !notify {
 		args = args[:13]
 	}
-	r, err := query(ctx, s.enqueueSQL().enqueueStmt(n == 1, notify, unchecked(msgs)), args...)
+	r, err := query(ctx, s.enqueueSQL(msgs).enqueueStmt(n == 1, notify, unchecked(msgs)), args...)
 	if err != nil {
 		return nil, enqueueErr(err)
 	}

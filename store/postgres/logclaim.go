@@ -381,6 +381,7 @@ func (s *Store) logClaim(ctx context.Context, p outbox.MessageClaimParams) ([]ou
 		return nil, wrapErr("claim", err)
 	}
 	s.logKnown.add(res.msgs)
+	s.logReg.add(res.msgs)
 	c.settle(s, p, in, res)
 	return res.msgs, nil
 }
@@ -481,63 +482,149 @@ type logClaimOut struct {
 
 // logClaimTx runs a claim's two statements in one transaction: the
 // candidates (which try-lock the groups) and the take (which leases their
-// runs).
+// runs). On a pool it sends them in two round trips (logClaimPiped).
 func (s *Store) logClaimTx(ctx context.Context, p outbox.MessageClaimParams, topics []string, in logClaimIn) (logClaimOut, error) {
 	var token pgtype.UUID
 	if err := token.Scan(outbox.NewClaimToken()); err != nil {
 		return logClaimOut{}, err
 	}
 	now := s.at(p.Now)
+	cargs := []any{now, p.Limit, in.run, in.window, in.from, in.markSeen, in.dueFrom, topics,
+		s.groupNS + logClaimLockKey, in.groupsCap, in.fairFrom, in.xmin, in.floor, in.markTop, in.runGuess, in.cts, in.cps, in.cgs, in.cparts}
+	takeArgs := func(g logTakeGroups) []any {
+		return []any{now, text(p.Owner), in.run, token, g.ts, g.ps, g.gs, g.parts, p.Limit}
+	}
+	if a, ok := s.db.(acquirer); ok {
+		return s.logClaimPiped(ctx, a, cargs, takeArgs)
+	}
 	var out logClaimOut
 	err := s.logTx(ctx, func(tx pgx.Tx) error {
 		out = logClaimOut{}
-		rows, err := tx.Query(ctx, s.lsql.logCandidates, now, p.Limit, in.run, in.window, in.from, in.markSeen, in.dueFrom, topics,
-			s.groupNS+logClaimLockKey, in.groupsCap, in.fairFrom, in.xmin, in.floor, in.markTop, in.runGuess, in.cts, in.cps, in.cgs, in.cparts)
+		rows, err := tx.Query(ctx, s.lsql.logCandidates, cargs...)
 		if err != nil {
 			return err
 		}
-		var ts, ps, gs []string
-		var parts []int64
-		for rows.Next() {
-			var t, tp, g, ft *string
-			var part, f, mk, xm *int64
-			if err := rows.Scan(&t, &tp, &g, &part, &f, &mk, &ft, &xm); err != nil {
-				rows.Close()
-				return err
-			}
-			switch {
-			case g == nil:
-				out.nextFloor, out.lastMark, out.nextFair, out.snapXmin = f, mk, ft, xm
-				out.found = *part
-			case f != nil:
-				out.carry = append(out.carry, logGroupKey{tenant: *t, topic: *tp, grp: *g, part: *part})
-			default:
-				out.taken = append(out.taken, logGroupKey{tenant: *t, topic: *tp, grp: *g, part: *part})
-				ts, ps, gs, parts = append(ts, *t), append(ps, *tp), append(gs, *g), append(parts, *part)
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		g, err := out.readCandidates(rows)
+		if err != nil || len(g.gs) == 0 {
 			return err
 		}
-		if len(gs) == 0 {
-			return nil
-		}
-		rows, err = tx.Query(ctx, s.lsql.logTake, now, text(p.Owner), in.run, token, ts, ps, gs, parts, p.Limit)
+		rows, err = tx.Query(ctx, s.lsql.logTake, takeArgs(g)...)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			m, err := scanMessage(rows)
-			if err != nil {
-				return err
-			}
-			out.msgs = append(out.msgs, m)
-		}
-		return rows.Err()
+		return out.readTaken(rows)
 	})
 	return out, err
+}
+
+// logClaimPiped is logClaimTx on a connection of its own, in two round
+// trips instead of five: BEGIN, the settings and the candidates go in one
+// batch, the take and COMMIT in another. A claim is on the path from an
+// enqueue's commit to its publication. A statement that fails leaves the
+// transaction aborted: it is rolled back (a connection that cannot is
+// closed by the pool, which never lends one inside a transaction).
+func (s *Store) logClaimPiped(ctx context.Context, a acquirer, cargs []any, takeArgs func(logTakeGroups) []any) (out logClaimOut, err error) {
+	c, err := a.Acquire(ctx)
+	if err != nil {
+		return logClaimOut{}, err
+	}
+	defer c.Release()
+	conn := c.Conn()
+	began := false
+	defer func() {
+		if err != nil && began {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(s.logSettings())
+	b.Queue(s.lsql.logCandidates, cargs...)
+	br := conn.SendBatch(ctx, b)
+	var g logTakeGroups
+	if _, err = br.Exec(); err == nil {
+		began = true
+		if _, err = br.Exec(); err == nil {
+			var rows pgx.Rows
+			if rows, err = br.Query(); err == nil {
+				g, err = out.readCandidates(rows)
+			}
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return logClaimOut{}, err
+	}
+	if len(g.gs) == 0 {
+		_, err = conn.Exec(ctx, "COMMIT")
+		began = err != nil
+		return out, err
+	}
+	b = &pgx.Batch{}
+	b.Queue(s.lsql.logTake, takeArgs(g)...)
+	b.Queue("COMMIT")
+	br = conn.SendBatch(ctx, b)
+	var rows pgx.Rows
+	if rows, err = br.Query(); err == nil {
+		if err = out.readTaken(rows); err == nil {
+			_, err = br.Exec()
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return logClaimOut{}, err
+	}
+	began = false
+	return out, nil
+}
+
+// logTakeGroups is the groups the take reads, as its arrays.
+type logTakeGroups struct {
+	ts, ps, gs []string
+	parts      []int64
+}
+
+// readCandidates reads the candidates' rows into out (the header, the
+// groups to carry and the groups taken, in order) and returns the taken
+// groups as the take's arrays. It closes rows.
+func (out *logClaimOut) readCandidates(rows pgx.Rows) (logTakeGroups, error) {
+	defer rows.Close()
+	var g logTakeGroups
+	for rows.Next() {
+		var t, tp, gr, ft *string
+		var part, f, mk, xm *int64
+		if err := rows.Scan(&t, &tp, &gr, &part, &f, &mk, &ft, &xm); err != nil {
+			return logTakeGroups{}, err
+		}
+		switch {
+		case gr == nil:
+			out.nextFloor, out.lastMark, out.nextFair, out.snapXmin = f, mk, ft, xm
+			out.found = *part
+		case f != nil:
+			out.carry = append(out.carry, logGroupKey{tenant: *t, topic: *tp, grp: *gr, part: *part})
+		default:
+			out.taken = append(out.taken, logGroupKey{tenant: *t, topic: *tp, grp: *gr, part: *part})
+			g.ts, g.ps, g.gs, g.parts = append(g.ts, *t), append(g.ps, *tp), append(g.gs, *gr), append(g.parts, *part)
+		}
+	}
+	return g, rows.Err()
+}
+
+// readTaken reads the take's messages into out. It closes rows.
+func (out *logClaimOut) readTaken(rows pgx.Rows) error {
+	defer rows.Close()
+	for rows.Next() {
+		m, err := scanMessage(rows)
+		if err != nil {
+			return err
+		}
+		out.msgs = append(out.msgs, m)
+	}
+	return rows.Err()
 }
 
 // settle records a claim's result in c: the groups to carry, the window's
@@ -615,11 +702,15 @@ func (c *logClaimState) settle(s *Store, p outbox.MessageClaimParams, in logClai
 // returns nil. With Options.AsyncCommit it commits without waiting for its
 // WAL flush (claims, outcomes, recovery; see logDurableTx).
 func (s *Store) logTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	settings := logSettings
+	return s.logTxWith(ctx, s.logSettings(), fn)
+}
+
+// logSettings is logSettings with Options.AsyncCommit's.
+func (s *Store) logSettings() string {
 	if s.opts.AsyncCommit {
-		settings += ", set_config('synchronous_commit', 'off', true)"
+		return logSettings + ", set_config('synchronous_commit', 'off', true)"
 	}
-	return s.logTxWith(ctx, settings, fn)
+	return logSettings
 }
 
 // logDurableTx is logTx that always waits for its commit's WAL flush

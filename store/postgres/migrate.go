@@ -158,6 +158,7 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 }
 
 func (s *Store) migrate(ctx context.Context, target int) error {
+	s.logReg.forget() // a migration down past 13 drops the registry
 	migs := s.Migrations()
 	if len(migs) == 0 {
 		return errors.New("postgres: migrate: no embedded migrations")

@@ -165,6 +165,9 @@ type Store struct {
 	// logKnown is the group of each message this store claimed on the
 	// append-only path and has not finished.
 	logKnown logKnown
+	// logReg is the ordered groups this store knows the registry holds
+	// (see logRegistered).
+	logReg logRegistered
 	// wakers is the channel of every Wakeups call still running: the
 	// append-only path wakes its processors itself (logMarginWake).
 	wakers wakerSet
@@ -367,7 +370,16 @@ func (s *Store) checkStorage(ctx context.Context, record bool) error {
 		return nil
 	}
 	if record && s.opts.AppendOnly {
-		if _, err := s.db.Exec(ctx, `INSERT INTO `+s.settingsTable()+` (name, value) VALUES ('storage', $1) ON CONFLICT DO NOTHING`, storageAppendOnly); err != nil {
+		// Recorded for the first time: the groups of the messages that
+		// default-path stores enqueued since migration 13 filled the
+		// registry join it (prune, fair share and the backstop read the
+		// registry's groups).
+		if _, err := s.db.Exec(ctx, `WITH rec AS (
+	INSERT INTO `+s.settingsTable()+` (name, value) VALUES ('storage', $1) ON CONFLICT DO NOTHING RETURNING 1
+)
+INSERT INTO `+s.groupsTable()+` (tenant, topic, grp)
+SELECT DISTINCT tenant, topic, grp FROM `+s.messages+` WHERE grp <> '' AND EXISTS (SELECT 1 FROM rec)
+ON CONFLICT DO NOTHING`, storageAppendOnly); err != nil {
 			return wrapErr("storage mode", err)
 		}
 	}
