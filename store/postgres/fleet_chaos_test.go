@@ -654,14 +654,15 @@ var logAttrRE = regexp.MustCompile(`(\w+)=("(?:[^"\\]|\\.)*"|\S+)`)
 // processes' logs: for the killed process's databases (dbs), the time
 // from the kill to the first of each step after it (the lease expired, by
 // the coordination database's clock; a new lease taken; the store opened;
-// the first claim, which is the processor's probe, and the first recovery
+// the previous holder's message leases given back (outbox.OrphanRecoverer:
+// only where it had some); the first claim, which is the processor's probe, and the first recovery
 // done; the first publication, after), as median and max over the databases, and the
 // steps of the database that waited longest.
 func resumeBreakdown(t *testing.T, dir string, kill time.Time, dbs []string, after map[string]fleetPub) string {
 	t.Helper()
-	steps := []string{"expired", "acquired", "opened", "claimed", "recovered", "published"}
+	steps := []string{"expired", "acquired", "opened", "orphans", "claimed", "recovered", "published"}
 	byMsg := map[string]string{
-		"serving a database": "acquired", chaosOpened: "opened",
+		"serving a database": "acquired", chaosOpened: "opened", "recovered the previous holder's leases": "orphans",
 		chaosFirstClaim: "claimed", chaosFirstRecov: "recovered",
 	}
 	want := map[string]bool{}
