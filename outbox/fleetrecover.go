@@ -26,7 +26,9 @@ type OrphanRecoverer interface {
 	// when its recoveries reach MaxRecoveries, as MessageRecover does), its
 	// claim token cleared. FIFO per group holds as after MessageRecover: a
 	// recovered message is claimed again before the later messages of its
-	// group.
+	// group. A store may leave the leases taken long ago (past any
+	// ProcessingTimeout in use) to MessageRecover, when finding them costs
+	// it more: they have expired anyway.
 	MessageRecoverOrphans(ctx context.Context, p MessageRecoverOrphansParams) (RecoverResult, error)
 }
 

@@ -242,6 +242,7 @@ type recoverArgs struct {
 	block, cont   []string
 }
 
+// recoverSpec returns the arguments of the recovery p asks for.
 func (s *Store) recoverSpec(p outbox.MessageRecoverParams) recoverArgs {
 	def, block, cont := p.DeadLetter.BlockingTopics()
 	return recoverArgs{

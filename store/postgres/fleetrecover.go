@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -17,7 +16,9 @@ import (
 // ProcessingTimeout. Each goes back to PENDING with its claim token
 // cleared, so a late outcome of the previous holder is refused, and on
 // the append-only path its group gets a done mark, as after an expired
-// lease. It must not run while a processor works the store: it would take
+// lease (there, a lease taken more than 10 minutes ago is left to the
+// processor's recovery: it has expired under any ProcessingTimeout up to
+// that). It must not run while a processor works the store: it would take
 // that processor's leases too.
 func (s *Store) MessageRecoverOrphans(ctx context.Context, p outbox.MessageRecoverOrphansParams) (outbox.RecoverResult, error) {
 	if err := p.Validate(); err != nil {
@@ -35,15 +36,20 @@ func (s *Store) MessageRecoverOrphans(ctx context.Context, p outbox.MessageRecov
 }
 
 // logRecoverOrphans is MessageRecoverOrphans's part on the append-only
-// path: every group whose latest mark is a lease, found from the first
-// lease mark on. It leaves the expired-lease recovery's cutoff alone:
-// logRecoverLeases would move it to the cutoff it was given, here in the
-// year 9999, and the expired leases would then wait for its full scan.
+// path: every group whose latest mark is a lease written since
+// logRecoverAll (and logRecoverMargin, for a writer's clock behind) before
+// now. It runs before a database's first claim, so it reads only the
+// recent lease marks, not all of them: an older lease is past any
+// ProcessingTimeout up to 10 minutes, and the processor's first recovery,
+// which reads them all, takes it soon after. It leaves the expired-lease
+// recovery's cutoff alone: logRecoverLeases would move it to the cutoff it
+// was given, here in the year 9999, and the expired leases would then wait
+// for its next full scan.
 func (s *Store) logRecoverOrphans(ctx context.Context, r recoverArgs) (outbox.RecoverResult, error) {
 	var res outbox.RecoverResult
 	err := s.logTx(ctx, func(tx pgx.Tx) error {
 		res = outbox.RecoverResult{}
-		ts, ps, gs, parts, err := logGroups(ctx, tx, s.lsql.logExpired, r.before, time.Time{}, s.groupNS+logClaimLockKey)
+		ts, ps, gs, parts, err := logGroups(ctx, tx, s.lsql.logExpired, r.before, r.now.Add(-logRecoverAll-logRecoverMargin), s.groupNS+logClaimLockKey)
 		if err != nil || len(gs) == 0 {
 			return err
 		}
