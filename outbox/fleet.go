@@ -27,9 +27,15 @@ import (
 //   - One instance at a time: an instance starts a database's processor
 //     only after it took the database's lease, stops it (drained) before it
 //     releases the lease, and stops it on its own when it could not renew
-//     the lease for half of LeaseTTL, before the lease can expire.
-//     Within a database the store's leases and FIFO claims still hold, so
-//     even an overlap (a paused process) keeps the outbox invariants.
+//     the lease for half of LeaseTTL (5/8 at the latest, whatever its
+//     renewal rounds do; from then the processor publishes nothing), so it
+//     has stopped before the lease can expire.
+//     Within a database the store's leases and FIFO claims still hold.
+//   - A dead instance's claims given back at once: an instance that takes
+//     a database whose previous lease ended recovers the message leases
+//     left in it before its processor starts, when the store is an
+//     OrphanRecoverer, instead of waiting for their ProcessingTimeout. The
+//     databases must then be served only by the fleet.
 //   - A shared connection budget: every store call the processors make goes
 //     through MaxStoreCalls slots shared by all the instance's databases,
 //     lease recoveries through at most a quarter of them.
