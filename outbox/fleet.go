@@ -253,10 +253,6 @@ type fleetShard struct {
 	// watch stops the processor when the lease goes unrenewed (see
 	// Fleet.watchLease); guarded by Fleet.mu.
 	watch *time.Timer
-	// ran reports that a processor of this lease started (NewProcessor
-	// returned one): the previous holder's leases are no longer the only
-	// ones in the store. Only serve's goroutine uses it.
-	ran bool
 }
 
 // startState is where a shard is in its turn to start.
@@ -805,14 +801,11 @@ func (f *Fleet) serveOnce(ctx context.Context, sh *fleetShard, turn int) error {
 	defer cancel()
 	go f.settle(sctx, started, recoverable, f.cfg.LeaseTTL)
 	go f.settle(sctx, started, wakeable, 4*f.cfg.LeaseTTL)
-	if !sh.ran {
-		f.recoverOrphans(ctx, sh, fs)
-	}
+	f.recoverOrphans(ctx, sh, fs)
 	p, err := NewProcessor(fs, f.leasePublisher(sh), cfg)
 	if err != nil {
 		return err
 	}
-	sh.ran = true
 	// sh.err stays until the processor runs (Status hides it then): a
 	// retry's probe is still failing until it passes.
 	f.mu.Lock()

@@ -13,10 +13,10 @@ import (
 // it, on both its paths.
 //
 // It is safe only when no processor works the store: the Fleet calls it
-// once per database lease, after it took the lease (a new Epoch, so the
-// previous holder's lease ended and that holder stopped its processor
-// before the lease could expire) and before the database's processor
-// starts. A late outcome of the previous holder is then refused by the
+// after it took the database's lease (a new Epoch, so the previous
+// holder's lease ended and that holder stopped its processor before the
+// lease could expire) and before the database's processor starts (again
+// before each retry of a processor that could not start). A late outcome of the previous holder is then refused by the
 // store's fence: the recovery clears each message's claim token, and a new
 // claim gives it another.
 type OrphanRecoverer interface {
@@ -67,13 +67,14 @@ func (p MessageRecoverOrphansParams) RecoverParams() MessageRecoverParams {
 
 var orphanCutoff = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// recoverOrphans gives back at once the messages the previous holder of
-// sh's lease claimed (see OrphanRecoverer), once per lease and before the
-// lease's first processor starts: a later call might recover the leases of
-// this instance's own processor. Only a lease that followed another (Epoch
-// above 1) does it: the first lease of a database may follow processors
-// that ran outside the fleet, which nothing stopped. A failure is logged
-// and left to the processor's lease recovery.
+// recoverOrphans gives back at once the message leases left in sh's
+// database (see OrphanRecoverer) before its processor starts: those of the
+// previous holder of the lease, and on a retry those of this instance's
+// processor that could not start (Processor.Run returned, so nothing works
+// them either). Only a lease that followed another (Epoch above 1) does
+// it: the first lease of a database may follow processors that ran
+// outside the fleet, which nothing stopped. A failure is logged and left
+// to the processor's lease recovery.
 func (f *Fleet) recoverOrphans(ctx context.Context, sh *fleetShard, fs *fleetStore) {
 	r, ok := fs.Store.(OrphanRecoverer)
 	if !ok || sh.lease.Epoch <= 1 {
