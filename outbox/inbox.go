@@ -15,9 +15,8 @@ type InboxStore[TTx any] interface {
 	// InboxClaimTx records that consumer handles the message in tx. It
 	// returns true the first time, false when a committed (or this same)
 	// transaction already recorded it. A concurrent transaction recording the
-	// same message waits for the first one to end. Inbox.HandleTx passes
-	// validated params (Validated); adapters call p.ValidateOnce, which
-	// checks only a direct caller's.
+	// same message waits for the first one to end. Adapters call p.Validate
+	// before any statement, so bad params leave tx usable.
 	InboxClaimTx(ctx context.Context, tx TTx, p InboxClaimParams) (bool, error)
 	// InboxPrune deletes records older than Before, at most Limit, and
 	// returns how many it deleted. Redeliveries older than the retention are
@@ -34,10 +33,6 @@ type InboxClaimParams struct {
 	// broker's message ID, an idempotency key).
 	MessageID string
 	Now       time.Time
-	// Validated reports that ValidateInboxClaim accepted the params
-	// (Inbox.HandleTx sets it, so adapters do not check them again). A
-	// direct caller leaves it false.
-	Validated bool
 }
 
 // InboxPruneParams selects the inbox records to delete.
@@ -78,10 +73,11 @@ func NewInbox[TTx any](store InboxStore[TTx]) *Inbox[TTx] {
 // handled again on its next delivery.
 func (i *Inbox[TTx]) HandleTx(ctx context.Context, tx TTx, consumer, tenant, messageID string, fn func(ctx context.Context) error) (bool, error) {
 	p := InboxClaimParams{Consumer: consumer, Tenant: tenant, MessageID: messageID, Now: i.clock.Now()}
-	if err := ValidateInboxClaim(p); err != nil {
+	// Checked here too (the store checks again, as it does for a direct
+	// caller: the check is cheap), so no store sees bad names.
+	if err := p.Validate(); err != nil {
 		return false, err
 	}
-	p.Validated = true
 	first, err := i.store.InboxClaimTx(ctx, tx, p)
 	if err != nil || !first {
 		return false, err

@@ -164,7 +164,7 @@ func (o *Outbox[TTx]) prepare(ctx context.Context, msgs []Message) (MessageEnque
 		}
 		out[i] = m
 	}
-	return MessageEnqueueParams{Messages: out, Now: now, Prepared: true, MaxPayloadBytes: o.maxPayload, owned: true}, nil
+	return MessageEnqueueParams{Messages: out, Now: now, MaxPayloadBytes: o.maxPayload, prepared: &preparedBatch{msgs: out}}, nil
 }
 
 func (o *Outbox[TTx]) finish(ctx context.Context, res []Enqueued, err error) ([]Enqueued, error) {

@@ -191,16 +191,6 @@ func (p MessageApplyReceiptParams) Validate() error {
 // Validate is ValidateInboxClaim.
 func (p InboxClaimParams) Validate() error { return ValidateInboxClaim(p) }
 
-// ValidateOnce is Validate, skipped when p.Validated (Inbox.HandleTx
-// checked p already): adapters call it before any statement, so a bad
-// claim leaves the caller's transaction usable.
-func (p InboxClaimParams) ValidateOnce() error {
-	if p.Validated {
-		return nil
-	}
-	return ValidateInboxClaim(p)
-}
-
 func requireID(field, id string) error {
 	if id == "" {
 		return invalid(field, "is required")
@@ -208,23 +198,22 @@ func requireID(field, id string) error {
 	return nil
 }
 
-// Prepare returns copies of p.Messages ready to insert at the precision of
-// a store (times in UTC truncated to precision): when p.Prepared is false
-// (a direct call, not through Outbox) each message first goes through
-// PrepareMessage with now (and p.MaxPayloadBytes), so validation and
-// defaults happen exactly once on every path. Two messages with the same
-// ID are refused.
-func (p MessageEnqueueParams) Prepare(now time.Time, precision time.Duration) ([]Message, error) {
-	return p.PrepareWithin(now, precision, 0)
-}
-
-// PrepareWithin is Prepare for a store with a payload ceiling (its
-// PayloadLimiter's MaxPayloadBytes): a payload above ceiling is refused
-// with a *PayloadTooLargeError (StoreCeiling set) whether or not the
-// messages were prepared already. A ceiling of 0 means none.
-func (p MessageEnqueueParams) PrepareWithin(now time.Time, precision time.Duration, ceiling int) ([]Message, error) {
+// Prepare returns the messages of p ready to insert at the precision of a
+// store: each validated and completed by PrepareMessage with now (and
+// p.MaxPayloadBytes), times in UTC truncated to precision, a payload above
+// ceiling (the store's PayloadLimiter ceiling; 0 means none) refused with a
+// *PayloadTooLargeError (StoreCeiling set), and two messages with the same
+// ID refused. Messages Outbox prepared for this call are not validated
+// again. A store calls it once, at its entry, and inserts only what it
+// returns; p.Messages is not changed.
+func (p MessageEnqueueParams) Prepare(now time.Time, precision time.Duration, ceiling int) ([]Message, error) {
+	// Outbox's messages were made for this call and prepared already; they
+	// are finished in place. Any other slice is the caller's: copied, and
+	// every message prepared.
+	prepared := p.prepared != nil && len(p.Messages) > 0 && len(p.prepared.msgs) == len(p.Messages) &&
+		&p.prepared.msgs[0] == &p.Messages[0]
 	out := p.Messages
-	if !p.owned || !p.Prepared {
+	if !prepared {
 		out = make([]Message, len(p.Messages))
 	}
 	// IDs generated for this call are unique (a monotonic generator);
@@ -236,7 +225,7 @@ func (p MessageEnqueueParams) PrepareWithin(now time.Time, precision time.Durati
 	}
 	for i := range p.Messages {
 		m := p.Messages[i]
-		if !p.Prepared {
+		if !prepared {
 			if err := prepareMessage(&m, now, limit); err != nil {
 				return nil, fmt.Errorf("message %d: %w", i, err)
 			}

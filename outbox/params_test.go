@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -88,3 +89,46 @@ func TestOutcomeKindAttemptOutcome(t *testing.T) {
 	_, ok := OutcomeReleased.AttemptOutcome()
 	require.False(t, ok, "a release records no attempt")
 }
+
+// TestPrepareTakesOutboxBatchOnly: Prepare validates every message of a
+// direct caller's params, takes the messages Outbox prepared as they are,
+// and validates again when a wrapper swapped Messages for another slice.
+func TestPrepareTakesOutboxBatchOnly(t *testing.T) {
+	now := time.Date(2026, 11, 28, 15, 0, 0, 123456789, time.UTC)
+	direct := MessageEnqueueParams{Messages: []Message{{Topic: "t", Payload: json.RawMessage(`1`), Status: StatusSent}}}
+	got, err := direct.Prepare(now, time.Microsecond, 0)
+	if err != nil || got[0].Status != StatusPending || got[0].ID == "" || !got[0].CreatedAt.Equal(now.Truncate(time.Microsecond)) {
+		t.Fatalf("direct Prepare: %+v, %v", got, err)
+	}
+	if direct.Messages[0].ID != "" {
+		t.Fatal("Prepare changed the caller's message")
+	}
+
+	ob := New[struct{}](nil, Options{Clock: fixedNow(now)})
+	p, err := ob.prepare(context.Background(), []Message{{Topic: "t", Payload: json.RawMessage(`2`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Outbox's batch is taken as it is: a field set after its preparation
+	// stays (a direct caller's would be reset).
+	p.Messages[0].Attempts = 3
+	got, err = p.Prepare(now, time.Microsecond, 0)
+	if err != nil || got[0].Attempts != 3 || !got[0].IDGenerated() {
+		t.Fatalf("Prepare of Outbox's batch: %+v, %v; want it taken as it is", got, err)
+	}
+
+	// A wrapper that hands over another slice is a direct caller.
+	swapped := p
+	swapped.Messages = []Message{{Topic: "", Payload: json.RawMessage(`3`)}}
+	if _, err := swapped.Prepare(now, time.Microsecond, 0); !errors.Is(err, ErrInvalidInput) {
+		t.Fatalf("Prepare of a swapped slice: %v; want it validated", err)
+	}
+	p.Messages[0].Payload = make([]byte, 11)
+	if _, err := p.Prepare(now, time.Microsecond, 10); !errors.Is(err, ErrInvalidInput) {
+		t.Fatalf("Prepare above the ceiling: %v; want a *PayloadTooLargeError", err)
+	}
+}
+
+type fixedNow time.Time
+
+func (c fixedNow) Now() time.Time { return time.Time(c) }

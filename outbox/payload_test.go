@@ -110,7 +110,7 @@ func TestPayloadLimit(t *testing.T) {
 	now := time.Now()
 	m := big(st.MaxPayloadBytes() + 1)
 	m.ID, m.IdempotencyKey, m.Status, m.CreatedAt, m.UpdatedAt, m.NextAttemptAt = outbox.NewID(now), "k", outbox.StatusPending, now, now, now
-	_, err = st.MessageEnqueue(ctx, outbox.MessageEnqueueParams{Prepared: true, Messages: []outbox.Message{m}})
+	_, err = st.MessageEnqueue(ctx, outbox.MessageEnqueueParams{MaxPayloadBytes: 2 * st.MaxPayloadBytes(), Messages: []outbox.Message{m}})
 	if !errors.As(err, &tl) || !tl.StoreCeiling || tl.Limit != st.MaxPayloadBytes() || !strings.Contains(err.Error(), "store's ceiling") {
 		t.Fatalf("over the store's ceiling: %v", err)
 	}

@@ -172,24 +172,31 @@ type MessageCountParams struct {
 	AllTenants bool
 }
 
-// MessageEnqueueParams carries messages to insert. Adapters call Prepare,
-// which validates and completes them only when the caller did not:
-// Outbox[TTx] prepares every message once (PrepareMessage, then its
-// Policy) and sets Prepared, so adapters receive prepared messages.
+// MessageEnqueueParams carries messages to insert. A store calls Prepare
+// once, at the entry of MessageEnqueue and MessageEnqueueTx, and inserts
+// only what it returns: that is where every message is validated and
+// completed, whoever called the store. Outbox[TTx] validates its messages
+// (PrepareMessage, then its Policy) before it calls the store, and hands
+// over what it prepared with the params, so Prepare does not do it twice.
 type MessageEnqueueParams struct {
 	Messages []Message
 	Now      time.Time
-	// Prepared reports that every message went through PrepareMessage
-	// (Outbox sets it). A direct caller leaves it false.
-	Prepared bool
-	// MaxPayloadBytes is the payload limit Prepare applies to messages not
-	// prepared yet; 0 means DefaultMaxPayloadBytes. Outbox sets it to its
+	// MaxPayloadBytes is the payload limit Prepare applies; 0 means
+	// DefaultMaxPayloadBytes. Outbox sets it to its
 	// Options.MaxPayloadBytes.
 	MaxPayloadBytes int
 
-	// owned: Messages was made by Outbox for this call, so PrepareWithin
-	// may finish the messages in place instead of copying them.
-	owned bool
+	// prepared is what Outbox prepared for this call: Messages is its
+	// slice, made for the call and already through prepareMessage and the
+	// Policy. Prepare takes the messages as they are while Messages is
+	// still that slice; nil for every other caller.
+	prepared *preparedBatch
+}
+
+// preparedBatch is the value Outbox hands a store with the params (see
+// MessageEnqueueParams.prepared).
+type preparedBatch struct {
+	msgs []Message
 }
 
 // OutcomeKind says what a publish attempt led to, and so what MessageFinish

@@ -219,7 +219,7 @@ func (s *Store) MessageEnqueueTx(ctx context.Context, tx *sql.Tx, p outbox.Messa
 // already, or here for a direct caller (p.Prepare), with times at the
 // stored precision (the microsecond).
 func (s *Store) prepare(p outbox.MessageEnqueueParams) ([]outbox.Message, error) {
-	return p.PrepareWithin(s.now(p.Now), time.Microsecond, s.syntax.MaxPayload)
+	return p.Prepare(s.now(p.Now), time.Microsecond, s.syntax.MaxPayload)
 }
 
 // MaxPayloadBytes is the stores' MaxPayloadBytes: its documentation is on store/mysql.Store
@@ -280,7 +280,7 @@ func (s *Store) InboxClaimTx(ctx context.Context, tx *sql.Tx, p outbox.InboxClai
 	if tx == nil {
 		return false, outbox.InvalidParam("tx", "is nil")
 	}
-	if err := p.ValidateOnce(); err != nil {
+	if err := p.Validate(); err != nil {
 		return false, err
 	}
 	r, err := tx.ExecContext(ctx, s.syntax.InboxInsert(s.inbox), p.Consumer, p.Tenant, p.MessageID, s.syntax.Time(s.now(p.Now)))

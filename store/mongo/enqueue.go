@@ -84,7 +84,7 @@ func (s *Store) MessageEnqueueTx(ctx context.Context, tx context.Context, p outb
 // outbox.Outbox already, or here for a direct caller, with times at the
 // stored precision (the millisecond) and payloads within MaxPayloadBytes.
 func (s *Store) prepare(p outbox.MessageEnqueueParams) ([]outbox.Message, error) {
-	return p.PrepareWithin(s.now(p.Now), time.Millisecond, MaxPayloadBytes)
+	return p.Prepare(s.now(p.Now), time.Millisecond, MaxPayloadBytes)
 }
 
 // MaxPayloadBytes is the store's payload ceiling: a MongoDB document holds

@@ -147,7 +147,7 @@ func (e *SQLEnqueuer) MessageEnqueueTx(ctx context.Context, tx *sql.Tx, p outbox
 // already, or here for a direct caller (p.Prepare), with times at the
 // stored precision (the microsecond).
 func (s *Store) prepare(p outbox.MessageEnqueueParams) ([]outbox.Message, error) {
-	return p.PrepareWithin(s.at(p.Now), time.Microsecond, MaxPayloadBytes)
+	return p.Prepare(s.at(p.Now), time.Microsecond, MaxPayloadBytes)
 }
 
 // MaxPayloadBytes is the store's payload ceiling, 64 MiB: PostgreSQL holds

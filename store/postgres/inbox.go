@@ -37,7 +37,7 @@ func (s *Store) InboxClaimTx(ctx context.Context, tx pgx.Tx, p outbox.InboxClaim
 	if tx == nil {
 		return false, outbox.InvalidParam("tx", "is nil")
 	}
-	if err := p.ValidateOnce(); err != nil {
+	if err := p.Validate(); err != nil {
 		return false, err
 	}
 	tag, err := tx.Exec(ctx, s.inboxClaimSQL(), p.Consumer, p.Tenant, p.MessageID, s.at(p.Now))
@@ -86,7 +86,7 @@ func (e *SQLEnqueuer) InboxClaimTx(ctx context.Context, tx *sql.Tx, p outbox.Inb
 	if tx == nil {
 		return false, outbox.InvalidParam("tx", "is nil")
 	}
-	if err := p.ValidateOnce(); err != nil {
+	if err := p.Validate(); err != nil {
 		return false, err
 	}
 	r, err := tx.ExecContext(ctx, e.s.inboxClaimSQL(), p.Consumer, p.Tenant, p.MessageID, e.s.at(p.Now))

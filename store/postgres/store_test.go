@@ -236,9 +236,9 @@ func TestEnqueueReturnedMessageAgain(t *testing.T) {
 	if err != nil || direct[0].Message.IDGenerated() {
 		t.Fatalf("direct enqueue: %v, IDGenerated %v", err, err == nil && direct[0].Message.IDGenerated())
 	}
-	r, err := b.store.MessageEnqueue(b.ctx, outbox.MessageEnqueueParams{Prepared: true, Messages: []outbox.Message{direct[0].Message}})
+	r, err := b.store.MessageEnqueue(b.ctx, outbox.MessageEnqueueParams{Messages: []outbox.Message{direct[0].Message}})
 	if err != nil || !r[0].Existed || payloadN(t, r[0].Message) != 3 {
-		t.Fatalf("a returned message enqueued again as prepared: %+v, %v", r, err)
+		t.Fatalf("a returned message enqueued again: %+v, %v", r, err)
 	}
 	b.wantPending(3)
 }

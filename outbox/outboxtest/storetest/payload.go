@@ -144,7 +144,7 @@ func testPayload[TTx any](t *testing.T, h Harness[TTx]) {
 		over := res[0].Message
 		over.ID = outbox.NewID(e.t0)
 		over.IdempotencyKey, over.Payload = over.ID, append(payload, 1)
-		_, err = e.b.Enqueuer.MessageEnqueueTx(e.ctx, tx, outbox.MessageEnqueueParams{Messages: []outbox.Message{over}, Now: e.t0, Prepared: true})
+		_, err = e.b.Enqueuer.MessageEnqueueTx(e.ctx, tx, outbox.MessageEnqueueParams{Messages: []outbox.Message{over}, Now: e.t0, MaxPayloadBytes: 2 * ceiling})
 		var tl *outbox.PayloadTooLargeError
 		if !errors.As(err, &tl) || !tl.StoreCeiling || tl.Limit != ceiling {
 			t.Fatalf("MessageEnqueueTx above the store's ceiling: %v; want a *outbox.PayloadTooLargeError with StoreCeiling", err)

@@ -67,14 +67,13 @@ func (c *Core) ItemsOf(p outbox.MessageEnqueueParams, strictOrder bool) ([]Item,
 	if now.IsZero() {
 		now = time.Now()
 	}
-	out := make([]Item, len(p.Messages))
-	for i := range p.Messages {
-		m := p.Messages[i]
-		if !p.Prepared {
-			if err := outbox.PrepareMessage(&m, now); err != nil {
-				return nil, err
-			}
-		}
+	msgs, err := p.Prepare(now, time.Microsecond, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Item, len(msgs))
+	for i := range msgs {
+		m := msgs[i]
 		field := func(f string) string { return fmt.Sprintf("Messages[%d].%s", i, f) }
 		switch {
 		case m.Tenant != "":
