@@ -91,9 +91,6 @@ func (c *Core) ItemsOf(p outbox.MessageEnqueueParams, strictOrder bool) ([]Item,
 		if m.NextAttemptAt.After(now) {
 			it.DueAt = m.NextAttemptAt
 		}
-		if it.CreatedAt.IsZero() {
-			it.CreatedAt = now
-		}
 		c.mu.Lock()
 		if at := At(it.CreatedAt); strictOrder && !at.After(c.lastCreated) {
 			it.CreatedAt = c.lastCreated.Add(time.Microsecond)
