@@ -260,8 +260,14 @@ type PauseRemoveParams struct {
 	Topic, Group, Tenant string
 }
 
-// ValidatePause checks the names of a pause.
-func ValidatePause(topic, group, tenant string) error {
+// Validate checks the names of the pause: a Topic, and no name longer than
+// MaxKeyLength.
+func (p PauseAddParams) Validate() error { return validatePause(p.Topic, p.Group, p.Tenant) }
+
+// Validate checks the names of the pause, as PauseAddParams.Validate.
+func (p PauseRemoveParams) Validate() error { return validatePause(p.Topic, p.Group, p.Tenant) }
+
+func validatePause(topic, group, tenant string) error {
 	if topic == "" {
 		return invalid("Topic", "is required")
 	}

@@ -133,7 +133,7 @@ func (s *Store) TopicStats(ctx context.Context, p outbox.TopicStatsParams) ([]ou
 // PauseAdd is the stores' PauseAdd: its documentation is on store/mysql.Store
 // and store/sqlite.Store.
 func (s *Store) PauseAdd(ctx context.Context, p outbox.PauseAddParams) error {
-	if err := outbox.ValidatePause(p.Topic, p.Group, p.Tenant); err != nil {
+	if err := p.Validate(); err != nil {
 		return err
 	}
 	insert, conflict := `INSERT INTO `, ` ON CONFLICT DO NOTHING`
@@ -151,7 +151,7 @@ func (s *Store) PauseAdd(ctx context.Context, p outbox.PauseAddParams) error {
 // PauseRemove is the stores' PauseRemove: its documentation is on store/mysql.Store
 // and store/sqlite.Store.
 func (s *Store) PauseRemove(ctx context.Context, p outbox.PauseRemoveParams) (bool, error) {
-	if err := outbox.ValidatePause(p.Topic, p.Group, p.Tenant); err != nil {
+	if err := p.Validate(); err != nil {
 		return false, err
 	}
 	r, err := s.db.ExecContext(ctx, `DELETE FROM `+s.PausesTable()+` WHERE pause_topic = ? AND pause_grp = ? AND pause_tenant = ?`,

@@ -238,7 +238,7 @@ func (s *Store) notPaused(ctx context.Context) (bson.D, error) {
 // PauseAdd implements outbox.Admin: claims that start after it returns
 // skip the PENDING messages of p.Topic (of p.Group, of p.Tenant when set).
 func (s *Store) PauseAdd(ctx context.Context, p outbox.PauseAddParams) error {
-	if err := outbox.ValidatePause(p.Topic, p.Group, p.Tenant); err != nil {
+	if err := p.Validate(); err != nil {
 		return err
 	}
 	_, err := s.pauses.InsertOne(ctx, pauseDoc{ID: lenKey(p.Topic, p.Group, p.Tenant), Topic: p.Topic, Group: p.Group,
@@ -252,7 +252,7 @@ func (s *Store) PauseAdd(ctx context.Context, p outbox.PauseAddParams) error {
 // PauseRemove implements outbox.Admin and wakes this process's processors
 // when a pause was removed.
 func (s *Store) PauseRemove(ctx context.Context, p outbox.PauseRemoveParams) (bool, error) {
-	if err := outbox.ValidatePause(p.Topic, p.Group, p.Tenant); err != nil {
+	if err := p.Validate(); err != nil {
 		return false, err
 	}
 	r, err := s.pauses.DeleteOne(ctx, bson.D{{Key: "_id", Value: lenKey(p.Topic, p.Group, p.Tenant)}})

@@ -213,7 +213,7 @@ func (s *Store) TopicStats(ctx context.Context, p outbox.TopicStatsParams) ([]ou
 
 // PauseAdd implements outbox.Admin.
 func (s *Store) PauseAdd(ctx context.Context, p outbox.PauseAddParams) error {
-	if err := outbox.ValidatePause(p.Topic, p.Group, p.Tenant); err != nil {
+	if err := p.Validate(); err != nil {
 		return err
 	}
 	_, err := s.db.Exec(ctx, `INSERT INTO `+s.pauses+` (pause_topic, pause_grp, pause_tenant, created_at)
@@ -223,7 +223,7 @@ func (s *Store) PauseAdd(ctx context.Context, p outbox.PauseAddParams) error {
 
 // PauseRemove implements outbox.Admin.
 func (s *Store) PauseRemove(ctx context.Context, p outbox.PauseRemoveParams) (bool, error) {
-	if err := outbox.ValidatePause(p.Topic, p.Group, p.Tenant); err != nil {
+	if err := p.Validate(); err != nil {
 		return false, err
 	}
 	tag, err := s.db.Exec(ctx, `WITH del AS (
