@@ -85,11 +85,11 @@ func (i *Inbox[TTx]) HandleTx(ctx context.Context, tx TTx, consumer, tenant, mes
 	return true, fn(ctx)
 }
 
-// ValidateInboxClaim checks p's names: Consumer and MessageID are required,
-// and every name is valid UTF-8 without NUL, at most MaxKeyLength bytes.
-// Store adapters call it before any statement, so a bad claim leaves the
+// Validate checks p's names: Consumer and MessageID are required, and every
+// name is valid UTF-8 without NUL, at most MaxKeyLength bytes. Store
+// adapters call it before any statement, so a bad claim leaves the
 // caller's transaction usable.
-func ValidateInboxClaim(p InboxClaimParams) error {
+func (p InboxClaimParams) Validate() error {
 	for _, f := range []struct{ name, v string }{{"Consumer", p.Consumer}, {"Tenant", p.Tenant}, {"MessageID", p.MessageID}} {
 		if len(f.v) > MaxKeyLength {
 			return invalid(f.name, fmt.Sprintf("is %d bytes, the limit is %d", len(f.v), MaxKeyLength))

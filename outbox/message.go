@@ -101,13 +101,13 @@ type Message struct {
 	// cancelled. Read-only; false in every other status.
 	BlocksGroup bool
 
-	// generatedID is the ID PrepareMessage generated for the message (the
+	// generatedID is the ID prepareMessage generated for the message (the
 	// caller set none); see IDGenerated.
 	generatedID string
 }
 
 // IDGenerated reports that m's ID was generated when m was prepared for
-// this enqueue (by Outbox, or by PrepareMessage): the caller set none, so
+// this enqueue (by Outbox, or by MessageEnqueueParams.Prepare): the caller set none, so
 // no stored message can have it (a ULID with 80 random bits). A store may
 // then insert m without probing for an earlier message with its ID, when m
 // has no IdempotencyKey of its own either (its key is its ID). It is false
@@ -212,8 +212,7 @@ const (
 	MaxAttemptsLimit       = 1000
 )
 
-// MaxPayloadBytes is the payload limit of ValidateMessage and
-// PrepareMessage.
+// MaxPayloadBytes is the payload limit of ValidateMessage.
 //
 // Deprecated: the limit is configurable with Options.MaxPayloadBytes; this
 // is its default, DefaultMaxPayloadBytes.
@@ -231,8 +230,9 @@ type PayloadLimiter interface {
 // ValidateMessage checks the caller-set fields of m and returns a
 // *ValidationError (matching ErrInvalidInput) naming the first bad field,
 // or a *PayloadTooLargeError when the payload exceeds
-// DefaultMaxPayloadBytes. Adapters call it before touching the database,
-// so a bad message never aborts the caller's transaction.
+// DefaultMaxPayloadBytes. A program may check a message with it up front;
+// stores check every message they insert with MessageEnqueueParams.Prepare
+// (which applies these checks with the configured payload limit).
 func ValidateMessage(m *Message) error { return validateMessage(m, DefaultMaxPayloadBytes) }
 
 func validateMessage(m *Message, maxPayload int) error {
@@ -299,16 +299,11 @@ func validateMessage(m *Message, maxPayload int) error {
 	return nil
 }
 
-// PrepareMessage validates m and fills the fields Enqueue owns: ID (a new
-// ULID when empty), IdempotencyKey (the ID when empty), Status PENDING,
-// Attempts 0, CreatedAt/UpdatedAt = now and NextAttemptAt = now when zero.
-// Store adapters call it for every message they insert. The payload limit
-// is DefaultMaxPayloadBytes; Outbox applies Options.MaxPayloadBytes
-// instead.
-func PrepareMessage(m *Message, now time.Time) error {
-	return prepareMessage(m, now, DefaultMaxPayloadBytes)
-}
-
+// prepareMessage validates m (payloads up to maxPayload) and fills the
+// fields Enqueue owns: ID (a new ULID when empty), IdempotencyKey (the ID
+// when empty), Status PENDING, Attempts 0, CreatedAt/UpdatedAt = now and
+// NextAttemptAt = now when zero. Outbox and MessageEnqueueParams.Prepare
+// call it for every message.
 func prepareMessage(m *Message, now time.Time, maxPayload int) error {
 	if err := validateMessage(m, maxPayload); err != nil {
 		return err

@@ -59,7 +59,7 @@ func TestPrepareMessage(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.FixedZone("x", 3600))
 	m := Message{Topic: "t", Payload: []byte(`1`), Status: StatusSent, Attempts: 3}
-	if err := PrepareMessage(&m, now); err != nil {
+	if err := prepareMessage(&m, now, DefaultMaxPayloadBytes); err != nil {
 		t.Fatal(err)
 	}
 	if len(m.ID) != 26 || m.IdempotencyKey != m.ID || m.Status != StatusPending || m.Attempts != 0 {
@@ -70,7 +70,7 @@ func TestPrepareMessage(t *testing.T) {
 	}
 	later := now.Add(time.Hour)
 	m2 := Message{Topic: "t", Payload: []byte(`1`), NextAttemptAt: later, IdempotencyKey: "k"}
-	_ = PrepareMessage(&m2, now)
+	_ = prepareMessage(&m2, now, DefaultMaxPayloadBytes)
 	if !m2.NextAttemptAt.Equal(later) || m2.IdempotencyKey != "k" {
 		t.Fatalf("a caller's delay and key must be kept: %+v", m2)
 	}
@@ -86,11 +86,11 @@ func TestIDGenerated(t *testing.T) {
 	if m.IDGenerated() {
 		t.Fatal("an unprepared message reports a generated ID")
 	}
-	if err := PrepareMessage(&m, now); err != nil || !m.IDGenerated() {
+	if err := prepareMessage(&m, now, DefaultMaxPayloadBytes); err != nil || !m.IDGenerated() {
 		t.Fatalf("a prepared keyless message without ID: IDGenerated false (err %v)", err)
 	}
 	again := m
-	if err := PrepareMessage(&again, now); err != nil || again.IDGenerated() {
+	if err := prepareMessage(&again, now, DefaultMaxPayloadBytes); err != nil || again.IDGenerated() {
 		t.Fatalf("prepared again with its ID: IDGenerated true (err %v)", err)
 	}
 	changed := m
@@ -99,7 +99,7 @@ func TestIDGenerated(t *testing.T) {
 		t.Fatal("an ID changed after preparation is reported as generated")
 	}
 	chosen := Message{Topic: "t", Payload: []byte(`1`), ID: NewID(now)}
-	if err := PrepareMessage(&chosen, now); err != nil || chosen.IDGenerated() {
+	if err := prepareMessage(&chosen, now, DefaultMaxPayloadBytes); err != nil || chosen.IDGenerated() {
 		t.Fatalf("a caller-chosen ID is reported as generated (err %v)", err)
 	}
 	m.ForgetGeneratedID()

@@ -188,9 +188,6 @@ func (p MessageApplyReceiptParams) Validate() error {
 	return nil
 }
 
-// Validate is ValidateInboxClaim.
-func (p InboxClaimParams) Validate() error { return ValidateInboxClaim(p) }
-
 func requireID(field, id string) error {
 	if id == "" {
 		return invalid(field, "is required")
@@ -199,7 +196,7 @@ func requireID(field, id string) error {
 }
 
 // Prepare returns the messages of p ready to insert at the precision of a
-// store: each validated and completed by PrepareMessage with now (and
+// store: each validated and completed with now (and
 // p.MaxPayloadBytes), times in UTC truncated to precision, a payload above
 // ceiling (the store's PayloadLimiter ceiling; 0 means none) refused with a
 // *PayloadTooLargeError (StoreCeiling set), and two messages with the same

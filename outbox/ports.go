@@ -176,7 +176,7 @@ type MessageCountParams struct {
 // once, at the entry of MessageEnqueue and MessageEnqueueTx, and inserts
 // only what it returns: that is where every message is validated and
 // completed, whoever called the store. Outbox[TTx] validates its messages
-// (PrepareMessage, then its Policy) before it calls the store, and hands
+// (the same checks and defaults, then its Policy) before it calls the store, and hands
 // over what it prepared with the params, so Prepare does not do it twice.
 type MessageEnqueueParams struct {
 	Messages []Message
