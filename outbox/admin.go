@@ -155,9 +155,10 @@ type RequeueManyResult struct {
 	NextAfterSeq int64
 }
 
-// ValidateRequeueMany checks p and applies its defaults; stores call it
-// first.
-func ValidateRequeueMany(p *MessageRequeueManyParams) error {
+// Prepare checks p and applies its defaults (Limit 500, Now the current
+// time in UTC, Filter.Status FAILED); stores call it at the entry of
+// MessageRequeueMany and work on p as it leaves it.
+func (p *MessageRequeueManyParams) Prepare() error {
 	if err := p.Filter.Validate(); err != nil {
 		return err
 	}
@@ -184,8 +185,9 @@ func ValidateRequeueMany(p *MessageRequeueManyParams) error {
 	return nil
 }
 
-// ValidateSearch checks p and applies its defaults; stores call it first.
-func ValidateSearch(p *MessageSearchParams) error {
+// Prepare checks p and applies its defaults (Limit 100); stores call it at
+// the entry of MessageSearch and work on p as it leaves it.
+func (p *MessageSearchParams) Prepare() error {
 	if err := p.Filter.Validate(); err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ func (s *Store) timeArg(t time.Time) any { return s.syntax.Time(t.UTC().Truncate
 // MessageSearch is the stores' MessageSearch: its documentation is on store/mysql.Store
 // and store/sqlite.Store.
 func (s *Store) MessageSearch(ctx context.Context, p outbox.MessageSearchParams) (outbox.MessagePage, error) {
-	if err := outbox.ValidateSearch(&p); err != nil {
+	if err := p.Prepare(); err != nil {
 		return outbox.MessagePage{}, err
 	}
 	a := &adminsql.Args{}
@@ -49,7 +49,7 @@ func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueM
 	if p.Now.IsZero() {
 		p.Now = s.now(time.Time{})
 	}
-	if err := outbox.ValidateRequeueMany(&p); err != nil {
+	if err := p.Prepare(); err != nil {
 		return outbox.RequeueManyResult{}, err
 	}
 	var res outbox.RequeueManyResult

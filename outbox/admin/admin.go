@@ -575,7 +575,7 @@ func (h *Handler) requeueMany(w http.ResponseWriter, r *http.Request) {
 	// Validate once before the first chunk, so that a bad request changes
 	// nothing.
 	check := p
-	if err := outbox.ValidateRequeueMany(&check); err != nil {
+	if err := check.Prepare(); err != nil {
 		h.fail(w, r, err)
 		return
 	}

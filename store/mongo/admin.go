@@ -55,7 +55,7 @@ func filterDoc(f outbox.MessageFilter) bson.D {
 // MessageSearch implements outbox.Admin: messages of every tenant matching
 // p.Filter, in Seq order, a page at a time.
 func (s *Store) MessageSearch(ctx context.Context, p outbox.MessageSearchParams) (outbox.MessagePage, error) {
-	if err := outbox.ValidateSearch(&p); err != nil {
+	if err := p.Prepare(); err != nil {
 		return outbox.MessagePage{}, err
 	}
 	f := append(filterDoc(p.Filter), bson.E{Key: "seq", Value: bson.D{{Key: "$gt", Value: p.AfterSeq}}})
@@ -90,7 +90,7 @@ func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueM
 	if p.Now.IsZero() {
 		p.Now = s.now(s.clock.Now())
 	}
-	if err := outbox.ValidateRequeueMany(&p); err != nil {
+	if err := p.Prepare(); err != nil {
 		return outbox.RequeueManyResult{}, err
 	}
 	now := s.now(p.Now)

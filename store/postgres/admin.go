@@ -22,7 +22,7 @@ func (s *Store) PausesTable() string { return s.pauses }
 // MessageSearch implements outbox.Admin: messages of every tenant matching
 // p.Filter, in Seq order, a page at a time.
 func (s *Store) MessageSearch(ctx context.Context, p outbox.MessageSearchParams) (outbox.MessagePage, error) {
-	if err := outbox.ValidateSearch(&p); err != nil {
+	if err := p.Prepare(); err != nil {
 		return outbox.MessagePage{}, err
 	}
 	p.Filter = textFilter(p.Filter)
@@ -77,7 +77,7 @@ func (s *Store) MessageRequeueMany(ctx context.Context, p outbox.MessageRequeueM
 	if p.Now.IsZero() {
 		p.Now = s.at(time.Time{})
 	}
-	if err := outbox.ValidateRequeueMany(&p); err != nil {
+	if err := p.Prepare(); err != nil {
 		return outbox.RequeueManyResult{}, err
 	}
 	p.Filter = textFilter(p.Filter)

@@ -45,7 +45,7 @@ func cmdRequeue(ctx context.Context, args []string, e env) error {
 		}
 		p = outbox.MessageRequeueManyParams{Filter: f, All: *all, DryRun: *dry, Limit: *chunk}
 		check := p
-		if err := outbox.ValidateRequeueMany(&check); err != nil {
+		if err := check.Prepare(); err != nil {
 			return err
 		}
 	}
