@@ -202,7 +202,8 @@ func requireID(field, id string) error {
 // *PayloadTooLargeError (StoreCeiling set), and two messages with the same
 // ID refused. Messages Outbox prepared for this call are not validated
 // again. A store calls it once, at its entry, and inserts only what it
-// returns; p.Messages is not changed.
+// returns. A caller's p.Messages is not changed (Outbox's own slice is
+// finished in place).
 func (p MessageEnqueueParams) Prepare(now time.Time, precision time.Duration, ceiling int) ([]Message, error) {
 	// Outbox's messages were made for this call and prepared already; they
 	// are finished in place. Any other slice is the caller's: copied, and
