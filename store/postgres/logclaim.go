@@ -143,8 +143,9 @@ const logNewSince = `($12 = 0 OR age(xmin) <= age(($12 % 4294967296)::text::xid)
 // logLatest is the latest mark of the group g (tenant, topic, grp, part), as
 // a LATERAL subquery: one backward descent of the marks index.
 const logLatest = `SELECT k.kind, k.done, k.upto, k.token, k.owner, k.at FROM {K} k
-	WHERE k.tenant = g.tenant AND k.topic = g.topic AND k.grp = g.grp AND k.part = g.part
-	ORDER BY k.tenant, k.topic, k.grp, k.part, k.mseq DESC LIMIT 1`
+	WHERE k.gk = hashtextextended(g.tenant || chr(31) || g.topic || chr(31) || g.grp, 0) AND k.part = g.part
+		AND k.tenant = g.tenant AND k.topic = g.topic AND k.grp = g.grp
+	ORDER BY k.gk, k.part, k.mseq DESC LIMIT 1`
 
 // logHead is the first waiting message after done of the group g (its
 // PENDING messages and a dead letter that blocks it): for a group, one
@@ -289,8 +290,8 @@ const logBackstop = `SELECT
 		LEFT JOIN LATERAL (` + logLatest + `) k ON true
 		CROSS JOIN LATERAL (` + logHead + `) h),
 	(SELECT min(u.seq) FROM {T} u WHERE u.grp = '' AND u.status = 'PENDING' AND u.claimed_by IS NULL AND u.seq > $1
-		AND NOT EXISTS (SELECT 1 FROM {K} k WHERE k.tenant = u.tenant AND k.topic = u.topic AND k.grp = ''
-			AND k.part = u.seq AND k.kind = 'done')),
+		AND NOT EXISTS (SELECT 1 FROM {K} k WHERE k.gk = hashtextextended(u.tenant || chr(31) || u.topic || chr(31) || '', 0) AND k.part = u.seq
+			AND k.tenant = u.tenant AND k.topic = u.topic AND k.grp = '' AND k.kind = 'done')),
 	-- The log's end, from the log window's index (a descent; the table
 	-- has no index on seq over every row).
 	(SELECT max(seq) FROM {T} WHERE status = 'PENDING' AND claimed_by IS NULL)`

@@ -115,15 +115,17 @@ func (s *Store) logStates(where string) string {
 		where, and = " WHERE ", ""
 	}
 	return `(WITH lm AS MATERIALIZED (
-	SELECT DISTINCT ON (tenant, topic, grp, part) tenant, topic, grp, part, kind, done, upto FROM ` + s.marksTable() + `
-	ORDER BY tenant, topic, grp, part, mseq DESC
+	-- In the key index's order, the few marks of a key sorted (a
+	-- collision of keys keeps its groups apart).
+	SELECT DISTINCT ON (gk, part, tenant, topic, grp) gk, tenant, topic, grp, part, kind, done, upto FROM ` + s.marksTable() + `
+	ORDER BY gk, part, tenant, topic, grp, mseq DESC
 )
 SELECT topic, status, created_at FROM ` + s.messages + where + and + `status <> 'PENDING'
 UNION ALL
 SELECT m.topic, CASE WHEN m.seq <= k.done THEN 'SENT' WHEN k.kind = 'lease' AND m.seq <= k.upto THEN 'PROCESSING' ELSE 'PENDING' END,
 	m.created_at
 FROM (SELECT * FROM ` + s.messages + where + and + `status = 'PENDING') m
-LEFT JOIN lm k ON k.tenant = m.tenant AND k.topic = m.topic AND k.grp = m.grp
+LEFT JOIN lm k ON k.gk = hashtextextended(m.tenant || chr(31) || m.topic || chr(31) || m.grp, 0) AND k.tenant = m.tenant AND k.topic = m.topic AND k.grp = m.grp
 	AND k.part = CASE WHEN m.grp = '' THEN m.seq ELSE 0 END) st`
 }
 
@@ -146,8 +148,8 @@ const logPendingTopics = `SELECT topic, sum(n)::bigint, min(oldest) FROM (
 	UNION ALL
 	SELECT u.topic, count(*), min(u.next_attempt_at) FROM {T} u
 	LEFT JOIN LATERAL (SELECT k.kind, k.done FROM {K} k
-		WHERE k.tenant = u.tenant AND k.topic = u.topic AND k.grp = '' AND k.part = u.seq
-		ORDER BY k.tenant, k.topic, k.grp, k.part, k.mseq DESC LIMIT 1) k ON true
+		WHERE k.gk = hashtextextended(u.tenant || chr(31) || u.topic || chr(31) || '', 0) AND k.part = u.seq AND k.tenant = u.tenant AND k.topic = u.topic AND k.grp = ''
+		ORDER BY k.gk, k.part, k.mseq DESC LIMIT 1) k ON true
 	WHERE u.status = 'PENDING' AND u.grp = '' AND u.claimed_by IS NULL AND u.next_attempt_at <= $1
 		AND u.topic <> ALL($2::text[]) AND (k.kind IS NULL OR (k.kind = 'done' AND k.done < u.seq))
 	GROUP BY u.topic

@@ -27,9 +27,9 @@ import (
 const logPruneGroups = `WITH cut AS MATERIALIZED (
 	SELECT g.tenant, g.topic, g.grp, k.mseq, k.done FROM {G} g CROSS JOIN LATERAL (
 		SELECT k.mseq, k.done FROM {K} k
-		WHERE k.tenant = g.tenant AND k.topic = g.topic AND k.grp = g.grp AND k.part = 0
+		WHERE k.gk = hashtextextended(g.tenant || chr(31) || g.topic || chr(31) || g.grp, 0) AND k.part = 0 AND k.tenant = g.tenant AND k.topic = g.topic AND k.grp = g.grp
 			AND k.kind = 'done' AND k.at < $1
-		ORDER BY k.tenant, k.topic, k.grp, k.part, k.mseq DESC LIMIT 1) k
+		ORDER BY k.gk, k.part, k.mseq DESC LIMIT 1) k
 	WHERE $3 = '' OR g.topic = $3
 ), v AS MATERIALIZED (
 	SELECT c.tenant, c.topic, c.grp, b.id, b.seq FROM cut c CROSS JOIN LATERAL (
@@ -56,7 +56,7 @@ const logPruneGroups = `WITH cut AS MATERIALIZED (
 		ORDER BY b.tenant, b.topic, b.grp, b.seq LIMIT 1) p ON true
 ), sweep AS (
 	DELETE FROM {K} k USING low l
-	WHERE k.tenant = l.tenant AND k.topic = l.topic AND k.grp = l.grp AND k.part = 0
+	WHERE k.gk = hashtextextended(l.tenant || chr(31) || l.topic || chr(31) || l.grp, 0) AND k.part = 0 AND k.tenant = l.tenant AND k.topic = l.topic AND k.grp = l.grp
 		AND k.mseq < l.mseq AND (l.low IS NULL OR k.done < l.low)
 )
 SELECT count(*) FROM del`
@@ -79,7 +79,8 @@ const logPruneUnordered = `WITH k AS MATERIALIZED (
 ), del_att AS (
 	DELETE FROM {A} a USING del WHERE a.message_id = del.id
 ), sweep AS (
-	DELETE FROM {K} x USING k WHERE x.tenant = k.tenant AND x.topic = k.topic AND x.grp = '' AND x.part = k.part
+	DELETE FROM {K} x USING k WHERE x.gk = hashtextextended(k.tenant || chr(31) || k.topic || chr(31) || '', 0) AND x.part = k.part
+		AND x.tenant = k.tenant AND x.topic = k.topic AND x.grp = ''
 )
 SELECT count(*) FROM del`
 
