@@ -228,7 +228,7 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	if err != nil || !s.logMode {
 		return res, err
 	}
-	lr, err := s.logRecoverLeases(ctx, r.before, r.now, r.maxRecoveries, r.def, r.block, r.cont)
+	lr, err := s.logRecoverLeases(ctx, r)
 	res.Recovered += lr.Recovered
 	res.DeadLettered += lr.DeadLettered
 	return res, err

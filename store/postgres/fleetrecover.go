@@ -3,8 +3,6 @@ package postgres
 import (
 	"context"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxkit/outboxkit/outbox"
 )
 
@@ -46,18 +44,5 @@ func (s *Store) MessageRecoverOrphans(ctx context.Context, p outbox.MessageRecov
 // was given, here in the year 9999, and the expired leases would then wait
 // for its next full scan.
 func (s *Store) logRecoverOrphans(ctx context.Context, r recoverArgs) (outbox.RecoverResult, error) {
-	var res outbox.RecoverResult
-	err := s.logTx(ctx, func(tx pgx.Tx) error {
-		res = outbox.RecoverResult{}
-		ts, ps, gs, parts, err := logGroups(ctx, tx, s.lsql.logExpired, r.before, r.now.Add(-logRecoverAll-logRecoverMargin), s.groupNS+logClaimLockKey)
-		if err != nil || len(gs) == 0 {
-			return err
-		}
-		return tx.QueryRow(ctx, s.lsql.logRecover, r.before, r.now, r.maxRecoveries, r.def, r.block, r.cont, ts, ps, gs, parts).
-			Scan(&res.Recovered, &res.DeadLettered)
-	})
-	if err != nil {
-		return outbox.RecoverResult{}, wrapErr("recover", err)
-	}
-	return res, nil
+	return s.logRecoverRange(ctx, r, r.now.Add(-logRecoverAll-logRecoverMargin))
 }

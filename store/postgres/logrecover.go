@@ -73,7 +73,7 @@ SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status
 // logRecoverLeases is MessageRecover's part on the append-only path: the
 // expired leases are found by their marks' time, from the last cutoff
 // (less logRecoverMargin) on.
-func (s *Store) logRecoverLeases(ctx context.Context, before, now time.Time, maxRecoveries int, def bool, block, cont []string) (outbox.RecoverResult, error) {
+func (s *Store) logRecoverLeases(ctx context.Context, r recoverArgs) (outbox.RecoverResult, error) {
 	s.logc.mu.Lock()
 	from := s.logc.recoverFrom
 	if time.Since(s.logc.recoverAll) > logRecoverAll {
@@ -84,24 +84,35 @@ func (s *Store) logRecoverLeases(ctx context.Context, before, now time.Time, max
 		s.logc.recoverAll = time.Now()
 	}
 	s.logc.mu.Unlock()
+	res, err := s.logRecoverRange(ctx, r, from)
+	if err != nil {
+		return outbox.RecoverResult{}, err
+	}
+	s.logc.mu.Lock()
+	if f := r.before.Add(-logRecoverMargin); f.After(s.logc.recoverFrom) {
+		s.logc.recoverFrom = f
+	}
+	s.logc.mu.Unlock()
+	return res, nil
+}
+
+// logRecoverRange recovers, in one transaction, the groups whose latest
+// mark is a lease written from from to before r.before (logExpired, then
+// logRecover).
+func (s *Store) logRecoverRange(ctx context.Context, r recoverArgs, from time.Time) (outbox.RecoverResult, error) {
 	var res outbox.RecoverResult
 	err := s.logTx(ctx, func(tx pgx.Tx) error {
 		res = outbox.RecoverResult{}
-		ts, ps, gs, parts, err := logGroups(ctx, tx, s.lsql.logExpired, before, from, s.groupNS+logClaimLockKey)
+		ts, ps, gs, parts, err := logGroups(ctx, tx, s.lsql.logExpired, r.before, from, s.groupNS+logClaimLockKey)
 		if err != nil || len(gs) == 0 {
 			return err
 		}
-		return tx.QueryRow(ctx, s.lsql.logRecover, before, now, maxRecoveries, def, block, cont, ts, ps, gs, parts).
+		return tx.QueryRow(ctx, s.lsql.logRecover, r.before, r.now, r.maxRecoveries, r.def, r.block, r.cont, ts, ps, gs, parts).
 			Scan(&res.Recovered, &res.DeadLettered)
 	})
 	if err != nil {
 		return outbox.RecoverResult{}, wrapErr("recover", err)
 	}
-	s.logc.mu.Lock()
-	if f := before.Add(-logRecoverMargin); f.After(s.logc.recoverFrom) {
-		s.logc.recoverFrom = f
-	}
-	s.logc.mu.Unlock()
 	return res, nil
 }
 
