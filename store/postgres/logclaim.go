@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outboxkit/internal/adminsql"
 	"github.com/outboxkit/outboxkit/outbox"
@@ -525,32 +526,16 @@ func (s *Store) logClaimTx(ctx context.Context, p outbox.MessageClaimParams, top
 // transaction aborted: it is rolled back (a connection that cannot is
 // closed by the pool, which never lends one inside a transaction).
 func (s *Store) logClaimPiped(ctx context.Context, a acquirer, cargs []any, takeArgs func(logTakeGroups) []any) (out logClaimOut, err error) {
-	c, err := a.Acquire(ctx)
+	p, br, err := s.logPipeBegin(ctx, a, func(b *pgx.Batch) { b.Queue(s.lsql.logCandidates, cargs...) })
 	if err != nil {
 		return logClaimOut{}, err
 	}
-	defer c.Release()
-	conn := c.Conn()
-	began := false
-	defer func() {
-		if err != nil && began {
-			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-	}()
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(s.logSettings())
-	b.Queue(s.lsql.logCandidates, cargs...)
-	br := conn.SendBatch(ctx, b)
+	defer func() { p.end(ctx, err) }()
+	conn := p.c.Conn()
 	var g logTakeGroups
-	if _, err = br.Exec(); err == nil {
-		began = true
-		if _, err = br.Exec(); err == nil {
-			var rows pgx.Rows
-			if rows, err = br.Query(); err == nil {
-				g, err = out.readCandidates(rows)
-			}
-		}
+	var rows pgx.Rows
+	if rows, err = br.Query(); err == nil {
+		g, err = out.readCandidates(rows)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -560,14 +545,13 @@ func (s *Store) logClaimPiped(ctx context.Context, a acquirer, cargs []any, take
 	}
 	if len(g.gs) == 0 {
 		_, err = conn.Exec(ctx, "COMMIT")
-		began = err != nil
+		p.began = err != nil
 		return out, err
 	}
-	b = &pgx.Batch{}
+	b := &pgx.Batch{}
 	b.Queue(s.lsql.logTake, takeArgs(g)...)
 	b.Queue("COMMIT")
 	br = conn.SendBatch(ctx, b)
-	var rows pgx.Rows
 	if rows, err = br.Query(); err == nil {
 		if err = out.readTaken(rows); err == nil {
 			_, err = br.Exec()
@@ -579,8 +563,52 @@ func (s *Store) logClaimPiped(ctx context.Context, a acquirer, cargs []any, take
 	if err != nil {
 		return logClaimOut{}, err
 	}
-	began = false
+	p.began = false
 	return out, nil
+}
+
+// logPipe is a transaction of the append-only path on a connection of its
+// own, whose statements go in batches: BEGIN and the settings with the
+// first ones, COMMIT with the last (logClaimPiped, logFinishPiped).
+type logPipe struct {
+	c     *pgxpool.Conn
+	began bool // BEGIN ran and no COMMIT yet
+}
+
+// logPipeBegin acquires a connection and sends BEGIN, the settings and the
+// statements queue adds in one batch. It returns the batch's results from
+// queue's first statement on; the caller closes them, and calls end.
+func (s *Store) logPipeBegin(ctx context.Context, a acquirer, queue func(*pgx.Batch)) (*logPipe, pgx.BatchResults, error) {
+	c, err := a.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := &logPipe{c: c}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(s.logSettings())
+	queue(b)
+	br := c.Conn().SendBatch(ctx, b)
+	if _, err = br.Exec(); err == nil {
+		p.began = true
+		_, err = br.Exec()
+	}
+	if err != nil {
+		_ = br.Close()
+		p.end(ctx, err)
+		return nil, nil, err
+	}
+	return p, br, nil
+}
+
+// end rolls the transaction back when err is set and it began (a
+// connection that cannot is closed by the pool, which never lends one
+// inside a transaction), and gives the connection back.
+func (p *logPipe) end(ctx context.Context, err error) {
+	if err != nil && p.began {
+		_, _ = p.c.Conn().Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
+	p.c.Release()
 }
 
 // logTakeGroups is the groups the take reads, as its arrays.

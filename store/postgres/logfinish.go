@@ -492,44 +492,30 @@ func lost(ids []string, done map[string]bool) []string {
 // failed statement's transaction is rolled back (a connection that cannot
 // is closed by the pool).
 func (s *Store) logFinishPiped(ctx context.Context, a acquirer, ids []string, write func(map[logGroupKey]*logRun, []logGroupKey) []any) (err error) {
-	c, err := a.Acquire(ctx)
+	kt, kp, kg, kparts, known := s.logKnown.groups(ids)
+	p, br, err := s.logPipeBegin(ctx, a, func(b *pgx.Batch) {
+		if known {
+			b.Queue(s.lsql.logLockKnown, kt, kp, kg, kparts, s.groupNS+logClaimLockKey)
+			b.Queue(s.lsql.logRuns, kt, kp, kg, kparts)
+		} else {
+			b.Queue(s.lsql.logLockGroups, ids, s.groupNS+logClaimLockKey)
+		}
+	})
 	if err != nil {
 		return err
 	}
-	defer c.Release()
-	conn := c.Conn()
-	began := false
-	defer func() {
-		if err != nil && began {
-			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-	}()
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(s.logSettings())
-	kt, kp, kg, kparts, known := s.logKnown.groups(ids)
-	if known {
-		b.Queue(s.lsql.logLockKnown, kt, kp, kg, kparts, s.groupNS+logClaimLockKey)
-		b.Queue(s.lsql.logRuns, kt, kp, kg, kparts)
-	} else {
-		b.Queue(s.lsql.logLockGroups, ids, s.groupNS+logClaimLockKey)
-	}
-	br := conn.SendBatch(ctx, b)
+	defer func() { p.end(ctx, err) }()
+	conn := p.c.Conn()
 	var g logTakeGroups
 	var runs map[logGroupKey]*logRun
 	var order []logGroupKey
-	if _, err = br.Exec(); err == nil {
-		began = true
-		if _, err = br.Exec(); err == nil {
-			var rows pgx.Rows
-			if rows, err = br.Query(); err == nil {
-				g, err = readGroups(rows)
-			}
-			if err == nil && known {
-				if rows, err = br.Query(); err == nil {
-					runs, order, err = readRuns(rows)
-				}
-			}
+	var rows pgx.Rows
+	if rows, err = br.Query(); err == nil {
+		g, err = readGroups(rows)
+	}
+	if err == nil && known {
+		if rows, err = br.Query(); err == nil {
+			runs, order, err = readRuns(rows)
 		}
 	}
 	if cerr := br.Close(); err == nil {
@@ -553,10 +539,10 @@ func (s *Store) logFinishPiped(ctx context.Context, a acquirer, ids []string, wr
 	}
 	if args == nil {
 		_, err = conn.Exec(ctx, "COMMIT")
-		began = err != nil
+		p.began = err != nil
 		return err
 	}
-	b = &pgx.Batch{}
+	b := &pgx.Batch{}
 	b.Queue(s.lsql.logWrite, args...)
 	b.Queue("COMMIT")
 	br = conn.SendBatch(ctx, b)
@@ -567,7 +553,7 @@ func (s *Store) logFinishPiped(ctx context.Context, a acquirer, ids []string, wr
 		err = cerr
 	}
 	if err == nil {
-		began = false
+		p.began = false
 	}
 	return err
 }
