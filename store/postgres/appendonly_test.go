@@ -201,6 +201,20 @@ func TestAppendOnlyRegistersGroups(t *testing.T) {
 		}
 	}
 	ob := outbox.New[pgx.Tx](s, outbox.Options{})
+	// enqueueCommitted enqueues m in the caller's transaction, committed.
+	enqueueCommitted := func(m outbox.Message) {
+		t.Helper()
+		tx, err := pg.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ob.EnqueueTx(ctx, tx, m); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// Enqueued twice in a transaction that rolls back: the second call
 	// meets the first's registration, which the rollback undoes.
@@ -238,16 +252,7 @@ func TestAppendOnlyRegistersGroups(t *testing.T) {
 	}
 	// In the caller's transaction, a group the store has not seen
 	// committed is registered, and that teaches the store nothing.
-	tx, err = pg.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ob.EnqueueTx(ctx, tx, msg("t", "in-tx", 0)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	enqueueCommitted(msg("t", "in-tx", 0))
 	unregister("in-tx")
 	if _, err := ob.Enqueue(ctx, msg("t", "in-tx", 1)); err != nil {
 		t.Fatal(err)
@@ -268,16 +273,7 @@ func TestAppendOnlyRegistersGroups(t *testing.T) {
 		t.Fatalf("claim: %d, %v", len(got), err)
 	}
 	unregister("claimed")
-	tx, err = pg.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ob.EnqueueTx(ctx, tx, msg("t", "claimed", 1)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	enqueueCommitted(msg("t", "claimed", 1))
 	if registered("claimed") {
 		t.Fatal("an enqueue to a group whose messages the store claimed probed the registry")
 	}

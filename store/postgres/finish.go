@@ -223,12 +223,17 @@ func (s *Store) MessageRecover(ctx context.Context, p outbox.MessageRecoverParam
 	if err := p.Validate(); err != nil {
 		return outbox.RecoverResult{}, err
 	}
-	r := s.recoverSpec(p)
+	return s.recoverWith(ctx, s.recoverSpec(p), s.logRecoverLeases)
+}
+
+// recoverWith runs the recovery r on the messages table and, on the
+// append-only path, logPart on the marks, and adds their results.
+func (s *Store) recoverWith(ctx context.Context, r recoverArgs, logPart func(context.Context, recoverArgs) (outbox.RecoverResult, error)) (outbox.RecoverResult, error) {
 	res, err := s.recoverLeases(ctx, r)
 	if err != nil || !s.logMode {
 		return res, err
 	}
-	lr, err := s.logRecoverLeases(ctx, r)
+	lr, err := logPart(ctx, r)
 	res.Recovered += lr.Recovered
 	res.DeadLettered += lr.DeadLettered
 	return res, err

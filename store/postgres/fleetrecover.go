@@ -22,15 +22,7 @@ func (s *Store) MessageRecoverOrphans(ctx context.Context, p outbox.MessageRecov
 	if err := p.Validate(); err != nil {
 		return outbox.RecoverResult{}, err
 	}
-	r := s.recoverSpec(p.RecoverParams())
-	res, err := s.recoverLeases(ctx, r)
-	if err != nil || !s.logMode {
-		return res, err
-	}
-	lr, err := s.logRecoverOrphans(ctx, r)
-	res.Recovered += lr.Recovered
-	res.DeadLettered += lr.DeadLettered
-	return res, err
+	return s.recoverWith(ctx, s.recoverSpec(p.RecoverParams()), s.logRecoverOrphans)
 }
 
 // logRecoverOrphans is MessageRecoverOrphans's part on the append-only

@@ -27,8 +27,9 @@ import (
 // jit_above_cost the server compiled it at every execution, 841 ms for 19
 // ms of work two minutes into a run. Sorts are a last resort: a generic
 // plan made while the marks were few found a group's latest mark through
-// marks_done and a sort of every mark of the group (costed as one row),
-// not a backward descent of marks_latest, and the take read 65,000
+// the marks' done index and a sort of every mark of the group (costed as
+// one row), not a backward descent of their latest-mark index, and the
+// take read 65,000
 // buffers for 125 groups four minutes into a run.
 const logSettings = `SELECT set_config('jit', 'off', true),
 	set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
